@@ -66,7 +66,7 @@ def _prompt(question: Question, default: Any) -> Any:
     if question.type == "bool":
         return typer.confirm(label, default=default)
     while True:
-        raw = typer.prompt(label, default=default)
+        raw = typer.prompt(label, default=str(default), type=str)
         try:
             return question.coerce(raw)
         except UserError as exc:

@@ -54,9 +54,7 @@ class Question:
         except (TypeError, ValueError):
             raise UserError(f"{self.name} must be {self.type}, got {value!r}") from None
         if self.choices and result not in self.choices:
-            raise UserError(
-                f"{self.name} must be one of {', '.join(self.choices)}, got {result!r}"
-            )
+            raise UserError(f"{self.name} must be one of {', '.join(self.choices)}, got {result!r}")
         return result
 
 

@@ -1,0 +1,25 @@
+"""Architecture hyperparameters (rendered from the interview answers)."""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    vocab_size: int = 32000
+    hidden_size: int = 512
+    num_hidden_layers: int = 8
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 4
+    head_dim: int = 64
+    intermediate_size: int = 1536
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-06
+    max_seq_len: int = 2048
+    tie_word_embeddings: bool = False
+
+    def __post_init__(self):
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be divisible by "
+                f"num_key_value_heads ({self.num_key_value_heads})"
+            )

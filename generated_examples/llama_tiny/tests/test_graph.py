@@ -1,0 +1,49 @@
+"""Dynamo-level checks of the decode graph on CPU: the same as on the NPU, with the
+portable ops standing in for the fused ones."""
+
+import pytest
+import torch
+from conftest import compile_config, greedy, prompt, tiny_model
+
+from llama_tiny.graph import compile_decode, graph_break_count, graph_count
+from llama_tiny.metadata import decode_inputs, prefill_inputs
+
+DECODE_STEPS = 32
+LENGTH_FORMS = {
+    "host-lists+dynamic": False,
+    "tensor-lengths+static": True,
+}
+
+
+@pytest.mark.parametrize("tensor_lengths", LENGTH_FORMS.values(), ids=LENGTH_FORMS.keys())
+def test_decode_is_one_graph_without_breaks(tensor_lengths):
+    model = tiny_model()
+    with torch.inference_mode():
+        model.prefill(**prefill_inputs(prompt()).as_kwargs())
+        step = decode_inputs(torch.zeros(2, 1, dtype=torch.long), [8, 8], tensor_lengths)
+        explanation = torch._dynamo.explain(model.decode)(**step.as_kwargs())
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1
+
+
+@pytest.mark.parametrize("tensor_lengths", LENGTH_FORMS.values(), ids=LENGTH_FORMS.keys())
+def test_no_recompiles_after_warmup(tensor_lengths):
+    model = tiny_model()
+    decode = compile_decode(model, compile_config("npugraph_ex", tensor_lengths))
+    greedy(model, decode, prompt(), steps=1, tensor_lengths=tensor_lengths)  # warm-up
+    graphs, breaks = graph_count(), graph_break_count()
+    assert graphs >= 1
+    greedy(model, decode, prompt(seed=2), steps=DECODE_STEPS, tensor_lengths=tensor_lengths)
+    assert graph_count() == graphs, "decode recompiled after warm-up"
+    assert graph_break_count() == breaks
+
+
+def test_host_lists_with_static_graph_recompile():
+    """The hazard the FA table warns about, so the check above can fail: List[int]
+    lengths under dynamic=False specialise on each step's values."""
+    model = tiny_model()
+    decode = torch.compile(model.decode, backend="aot_eager", fullgraph=True, dynamic=False)
+    greedy(model, decode, prompt(), steps=1, tensor_lengths=False)
+    graphs = graph_count()
+    greedy(model, decode, prompt(), steps=3, tensor_lengths=False)
+    assert graph_count() > graphs

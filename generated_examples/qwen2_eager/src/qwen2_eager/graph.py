@@ -1,0 +1,101 @@
+"""The compile seam: `compile_decode` per exe_mode. Prefill is never compiled.
+
+On a host without an NPU, decode compiles with a portable torch backend instead
+(aot_eager by default). That is a CPU stand-in for checking graph capture, graph
+breaks and recompiles; it is labelled as such and never reported as npugraph_ex/GE.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch._dynamo.utils import counters
+
+from .config import ModelConfig
+from .modeling import Transformer
+from .ops import npu_available
+
+log = logging.getLogger(__name__)
+
+PORTABLE_BACKENDS = ("aot_eager", "inductor", "eager")
+
+# The seed's recommended npugraph_ex options for LLM decode, plus cann-recipes-infer's.
+NPUGRAPH_EX_OPTIONS = {
+    "inplace_pass": True,
+    "input_inplace_pass": True,
+    "pattern_fusion_pass": True,
+    "reuse_graph_pool_in_same_fx": True,
+    "clone_input": True,
+    "clone_output": False,
+    "remove_noop_ops": True,
+    "frozen_parameter": True,
+}
+
+
+def compile_decode(
+    model: Transformer, config: ModelConfig, portable_backend: str = "aot_eager"
+) -> Callable:
+    """Return `model.decode`, compiled as `config.exe_mode` asks (eager: not at all)."""
+    if config.exe_mode == "eager":
+        return model.decode
+    if not npu_available():
+        if portable_backend not in PORTABLE_BACKENDS:
+            raise ValueError(f"portable backend must be one of {PORTABLE_BACKENDS}")
+        log.warning(
+            "no NPU: decode compiles with the portable %r backend (dynamic=%s), "
+            "a CPU stand-in for %s",
+            portable_backend,
+            config.dynamic,
+            config.exe_mode,
+        )
+        return torch.compile(
+            model.decode, backend=portable_backend, fullgraph=True, dynamic=config.dynamic
+        )  # graph-ok: npu-backend
+    cache_dir = str(Path(config.output_path or "output") / "compile_cache")
+    if config.exe_mode == "npugraph_ex":
+        return _compile_npugraph_ex(model, config, cache_dir)
+    return _compile_ge(model, config, cache_dir)
+
+
+def _compile_npugraph_ex(model: Transformer, config: ModelConfig, cache_dir: str) -> Callable:
+    options = {**NPUGRAPH_EX_OPTIONS, "static_kernel_compile": config.enable_static_kernel}
+    if config.enable_cache_compile:
+        return torch.npu.npugraph_ex.inference.cache_compile(
+            model.decode, cache_dir=cache_dir, dynamic=config.dynamic, options=options
+        )
+    return torch.compile(
+        model.decode, backend="npugraph_ex", fullgraph=True, dynamic=config.dynamic, options=options
+    )
+
+
+def _compile_ge(model: Transformer, config: ModelConfig, cache_dir: str) -> Callable:
+    import torchair
+
+    compiler_config = torchair.CompilerConfig()
+    experimental = compiler_config.experimental_config
+    experimental.frozen_parameter = True
+    experimental.tiling_schedule_optimize = True
+    experimental.topology_sorting_strategy = "StableRDFS"
+    if config.enable_cache_compile:
+        return torchair.inference.cache_compile(
+            model.decode,
+            cache_dir=cache_dir,
+            config=compiler_config,
+            dynamic=False,
+            fullgraph=True,
+            ge_cache=True,
+        )
+    backend = torchair.get_npu_backend(compiler_config=compiler_config)
+    return torch.compile(model.decode, backend=backend, fullgraph=True, dynamic=False)
+
+
+def graph_count() -> int:
+    """Graphs dynamo has compiled in this process; a rise after warm-up is a recompile."""
+    return counters["stats"]["unique_graphs"]
+
+
+def graph_break_count() -> int:
+    return sum(counters["graph_break"].values())

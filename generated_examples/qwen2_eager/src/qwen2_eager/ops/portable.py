@@ -1,0 +1,102 @@
+"""Portable ops: the NPU ops' maths in plain torch, for hosts without an NPU.
+
+Attention is registered as a custom op with the torch_npu FIA's argument kinds
+(List[int] lengths become SymInt[]; the torchair variant takes Tensor lengths), so
+under torch.compile it is one opaque node exactly like the fused NPU op: the same
+graph breaks, guards and recompiles show up on CPU as on the NPU.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from . import Lengths
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(q, k, cos, sin):
+    """q, k: BSND; cos, sin: (B, S, 1, D), "half" rotary mode."""
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def scatter_update_(cache: torch.Tensor, kv_len: torch.Tensor, update: torch.Tensor) -> None:
+    """cache[b, :, kv_len[b], :] = update[b, :, 0, :], in place (scatter_update_ on axis -2)."""
+    index = kv_len.view(-1, 1, 1, 1).expand(-1, update.shape[1], 1, update.shape[3])
+    cache.scatter_(2, index, update)
+
+
+def _reference_attention(query, key, value, lengths_kv, scale, causal):
+    """BNSD attention over the first lengths_kv[b] keys of row b (GQA by broadcasting)."""
+    if causal:
+        return F.scaled_dot_product_attention(
+            query, key, value, is_causal=True, scale=scale, enable_gqa=True
+        )
+    used = int(max(lengths_kv))
+    key, value = key[:, :, :used], value[:, :, :used]
+    positions = torch.arange(used, device=query.device)
+    mask = positions < torch.as_tensor(lengths_kv, device=query.device).view(-1, 1, 1, 1)
+    return F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, scale=scale, enable_gqa=True
+    )
+
+
+@torch.library.custom_op("qwen2_eager::fused_infer_attention", mutates_args=())
+def fused_infer_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    actual_seq_lengths: list[int],
+    actual_seq_lengths_kv: list[int],
+    scale: float,
+    causal: bool,
+) -> torch.Tensor:
+    return _reference_attention(query, key, value, actual_seq_lengths_kv, scale, causal)
+
+
+@torch.library.custom_op("qwen2_eager::fused_infer_attention_t", mutates_args=())
+def fused_infer_attention_t(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    actual_seq_lengths: torch.Tensor,
+    actual_seq_lengths_kv: torch.Tensor,
+    scale: float,
+    causal: bool,
+) -> torch.Tensor:
+    return _reference_attention(query, key, value, actual_seq_lengths_kv.tolist(), scale, causal)
+
+
+@fused_infer_attention.register_fake
+@fused_infer_attention_t.register_fake
+def _(query, key, value, actual_seq_lengths, actual_seq_lengths_kv, scale, causal):
+    return torch.empty_like(query)
+
+
+def attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    actual_seq_lengths_q: Lengths,
+    actual_seq_lengths_kv: Lengths,
+    *,
+    num_heads: int,
+    num_kv_heads: int,
+    scale: float,
+    causal: bool,
+) -> torch.Tensor:
+    """BNSD in, BNSD out. Tensor lengths pick the torchair-style op, lists the torch_npu one."""
+    op = (
+        fused_infer_attention_t
+        if isinstance(actual_seq_lengths_kv, torch.Tensor)
+        else fused_infer_attention
+    )
+    return op(query, key, value, actual_seq_lengths_q, actual_seq_lengths_kv, scale, causal)

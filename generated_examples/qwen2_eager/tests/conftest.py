@@ -1,0 +1,66 @@
+"""Shared fixtures: a tiny random model on the portable ops, and helpers to drive it."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from qwen2_eager import ops
+from qwen2_eager.config import ModelConfig
+from qwen2_eager.configuration import ModelArgs
+from qwen2_eager.metadata import decode_inputs, prefill_inputs
+from qwen2_eager.modeling import Transformer
+
+CONFIG_PATH = Path(__file__).parents[1] / "config" / "qwen2_eager.yaml"
+TINY = ModelArgs(
+    vocab_size=128,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=128,
+    max_seq_len=96,
+)
+PROMPT_LEN = 8
+BATCH = 2
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def tiny_model(batch: int = BATCH, seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    model = Transformer(TINY, ops.load("portable")).eval()
+    model.setup_caches(batch)
+    return model
+
+
+def compile_config(exe_mode: str, tensor_lengths: bool) -> ModelConfig:
+    """A config for the CPU checks: host lists + dynamic=True, or Tensor lengths + static."""
+    if tensor_lengths:
+        return ModelConfig(exe_mode="ge_graph", fa_interface="torchair", enable_dynamic_graph=False)
+    return ModelConfig(exe_mode=exe_mode, fa_interface="torch_npu", enable_dynamic_graph=True)
+
+
+def prompt(batch: int = BATCH, seed: int = 1) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, TINY.vocab_size, (batch, PROMPT_LEN), generator=generator)
+
+
+@torch.inference_mode()
+def greedy(model: Transformer, decode, tokens: torch.Tensor, steps: int, tensor_lengths: bool):
+    """Prefill eagerly, then `steps` decode calls; returns every step's logits."""
+    logits = model.prefill(**prefill_inputs(tokens).as_kwargs())
+    outputs = [logits]
+    kv_len = [tokens.shape[1]] * tokens.shape[0]
+    for _ in range(steps):
+        step = decode_inputs(logits.argmax(-1), kv_len, tensor_lengths)
+        logits = decode(**step.as_kwargs())
+        outputs.append(logits)
+        kv_len = [n + 1 for n in kv_len]
+    return outputs

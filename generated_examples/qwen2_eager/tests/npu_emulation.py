@@ -1,0 +1,776 @@
+"""Run the real torch_npu / torchair Python code path on a CPU-only machine.
+
+Self-contained helper (plain Python, no project imports): it is copied verbatim into every
+generated package's ``tests/`` directory and also used by ``ascend-scaffold npu-emulate``.
+
+How it works
+------------
+``import torch_npu`` needs the CANN runtime (``libascendcl.so``, ``libhccl.so``, ...). Its
+``.so`` files are linked with BIND_NOW, so every undefined symbol must resolve at load time.
+:func:`build_stubs` derives the list of missing symbols automatically from the installed wheel
+(``nm -D --undefined-only`` of every torch_npu/torchair ``.so`` minus what torch, torch_npu,
+the interpreter and the system libraries found by ``ldd`` define) and compiles stand-in
+libraries with those sonames: one ``libascendcl.so`` that defines every missing symbol (each a
+``long f(void) { return 0; }``; the Huawei secure-C string functions get real bodies), and one
+empty library per other missing soname linked against it. :func:`activate` preloads them with
+``ctypes.CDLL(..., RTLD_GLOBAL)`` (the loader then satisfies ``DT_NEEDED`` by soname, so
+``LD_LIBRARY_PATH`` need not be set before the process starts), imports ``torch_npu`` and
+``torchair`` and registers CPU reference kernels on the real ``npu::`` / ``air::`` ops.
+
+Environment
+-----------
+* ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` must be set before ``import torch`` in an environment where
+  torch-npu is installed, otherwise ``import torch`` itself tries to import torch_npu (and fails
+  without CANN). Set it in ``conftest.py`` (``os.environ.setdefault(...)`` at the top, before any
+  torch import) or in the shell. :func:`activate` sets it too (for child processes).
+* ``ASCEND_SCAFFOLD_NPU_STUBS``: root directory of the stub cache (default
+  ``~/.cache/ascend-scaffold/npu-stubs``); stubs go to ``<root>/<key>`` where the key is the
+  torch_npu version plus a hash of the wheel's ``.so`` list.
+* ``ASCEND_SCAFFOLD_NPU_STRICT=1``: documented device constraints that the CPU kernels can check
+  (e.g. FIA needs float16/bfloat16, rotary needs D in {64, 128}) raise instead of being recorded
+  in :data:`CONSTRAINT_VIOLATIONS`.
+
+What cannot run: the ``npu`` / ``npugraph_ex`` dynamo backends and GE graph mode initialise the
+device and fail cleanly; ``device="npu"`` tensors fail. Use ``backend="aot_eager"`` (or
+``"eager"``) to trace the NPU ops on CPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+STUBS_ENV = "ASCEND_SCAFFOLD_NPU_STUBS"
+STRICT_ENV = "ASCEND_SCAFFOLD_NPU_STRICT"
+AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+DEFAULT_CACHE_ROOT = Path("~/.cache/ascend-scaffold/npu-stubs")
+PRIMARY_SONAME = "libascendcl.so"
+# Optional add-on runtimes: torch_npu skips the plugin that needs them when they are absent, so
+# they are not stubbed and the .so files that need them are not scanned (a soname list, not a
+# symbol list).
+OPTIONAL_SONAMES = frozenset({"libatb.so"})
+_STUB_FORMAT = 1  # bump to invalidate caches when the generated C changes
+
+# Huawei secure-C functions get real bodies: torchair formats strings with them at import time.
+_SECUREC_BODIES = {
+    "memcpy_s": (
+        "int memcpy_s(void *d, size_t dmax, const void *s, size_t n)"
+        "{ if (!d || !s || n > dmax) return 1; memcpy(d, s, n); return 0; }"
+    ),
+    "memmove_s": (
+        "int memmove_s(void *d, size_t dmax, const void *s, size_t n)"
+        "{ if (!d || !s || n > dmax) return 1; memmove(d, s, n); return 0; }"
+    ),
+    "memset_s": (
+        "int memset_s(void *d, size_t dmax, int c, size_t n)"
+        "{ if (!d || n > dmax) return 1; memset(d, c, n); return 0; }"
+    ),
+    "strcpy_s": (
+        "int strcpy_s(char *d, size_t dmax, const char *s)"
+        "{ size_t n; if (!d || !s || !dmax) return 1; n = strlen(s);"
+        " if (n >= dmax) { d[0] = 0; return 1; } memcpy(d, s, n + 1); return 0; }"
+    ),
+    "strncpy_s": (
+        "int strncpy_s(char *d, size_t dmax, const char *s, size_t c)"
+        "{ size_t n; if (!d || !s || !dmax) return 1; n = strnlen(s, c);"
+        " if (n >= dmax) { d[0] = 0; return 1; } memcpy(d, s, n); d[n] = 0; return 0; }"
+    ),
+    "strcat_s": (
+        "int strcat_s(char *d, size_t dmax, const char *s)"
+        "{ size_t a, b; if (!d || !s) return 1; a = strnlen(d, dmax); b = strlen(s);"
+        " if (a + b >= dmax) return 1; memcpy(d + a, s, b + 1); return 0; }"
+    ),
+    "strncat_s": (
+        "int strncat_s(char *d, size_t dmax, const char *s, size_t c)"
+        "{ size_t a, b; if (!d || !s) return 1; a = strnlen(d, dmax); b = strnlen(s, c);"
+        " if (a + b >= dmax) return 1; memcpy(d + a, s, b); d[a + b] = 0; return 0; }"
+    ),
+    "vsnprintf_s": (
+        "int vsnprintf_s(char *d, size_t dmax, size_t c, const char *f, va_list ap)"
+        "{ int r; size_t lim; if (!d || !dmax || !f) return -1; lim = c < dmax - 1 ? c + 1 : dmax;"
+        " r = vsnprintf(d, lim, f, ap); if (r < 0 || (size_t)r >= lim) return -1; return r; }"
+    ),
+    "snprintf_s": (
+        "int snprintf_s(char *d, size_t dmax, size_t c, const char *f, ...)"
+        "{ int r; va_list ap; va_start(ap, f); r = vsnprintf_s(d, dmax, c, f, ap); va_end(ap);"
+        " return r; }"
+    ),
+    "vsprintf_s": (
+        "int vsprintf_s(char *d, size_t dmax, const char *f, va_list ap)"
+        "{ int r; if (!d || !dmax || !f) return -1; r = vsnprintf(d, dmax, f, ap);"
+        " if (r < 0 || (size_t)r >= dmax) { d[0] = 0; return -1; } return r; }"
+    ),
+    "sprintf_s": (
+        "int sprintf_s(char *d, size_t dmax, const char *f, ...)"
+        "{ int r; va_list ap; va_start(ap, f); r = vsprintf_s(d, dmax, f, ap); va_end(ap);"
+        " return r; }"
+    ),
+}
+_SECUREC_DEPS = {"snprintf_s": "vsnprintf_s", "sprintf_s": "vsprintf_s"}
+
+# Documented device constraints the CPU kernels noticed (unique messages); strict mode raises.
+CONSTRAINT_VIOLATIONS: list[str] = []
+
+_STATE: dict[str, object] = {"active": False, "handles": [], "libs": [], "stub_dir": None}
+
+
+class EmulationUnavailable(RuntimeError):
+    """NPU emulation cannot be set up here; ``str(exc)`` is the reason."""
+
+
+# --------------------------------------------------------------------------------------------
+# stand-in libraries
+# --------------------------------------------------------------------------------------------
+
+
+def _pkg_dir(name: str) -> Path | None:
+    """Directory of an installed package, without importing it."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(spec.origin).parent if spec.origin else None
+
+
+def _require_tools() -> None:
+    hints = {"gcc": "gcc", "nm": "binutils", "ldd": "libc-bin"}
+    for tool, pkg in hints.items():
+        if shutil.which(tool) is None:
+            raise EmulationUnavailable(
+                f"NPU emulation needs `{tool}` on PATH to build stand-in CANN libraries "
+                f"(install the `{pkg}` package)"
+            )
+
+
+def _torch_npu_version() -> str:
+    try:
+        return importlib.metadata.version("torch-npu")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _so_files(npu_dir: Path) -> list[Path]:
+    return sorted(
+        p for p in npu_dir.rglob("*.so*") if p.is_file() and re.search(r"\.so(\.\d+)*$", p.name)
+    )
+
+
+def _stub_key(npu_dir: Path) -> str:
+    h = hashlib.sha256(f"format={_STUB_FORMAT}\n".encode())
+    for so in _so_files(npu_dir):
+        h.update(f"{so.relative_to(npu_dir)}:{so.stat().st_size}\n".encode())
+    return f"torch_npu-{_torch_npu_version()}-{h.hexdigest()[:16]}"
+
+
+def _cache_root(cache_dir: Path | None) -> Path:
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get(STUBS_ENV)
+    return Path(env).expanduser() if env else DEFAULT_CACHE_ROOT.expanduser()
+
+
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0 and cmd[0] != "ldd":
+        raise RuntimeError(f"`{' '.join(cmd)}` failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return proc.stdout
+
+
+def _nm(path: Path, undefined: bool) -> set[str]:
+    flag = "--undefined-only" if undefined else "--defined-only"
+    out = set()
+    for line in _run(["nm", "-D", flag, str(path)]).splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if undefined and (len(parts) != 2 or parts[0] not in ("U", "u")):
+            continue  # weak undefined (w/v) symbols need no definition
+        out.add(parts[-1].split("@", 1)[0])  # strip symbol version suffixes
+    return out
+
+
+def _ldd(path: Path, env: dict[str, str]) -> tuple[set[Path], set[str]]:
+    found: set[Path] = set()
+    missing: set[str] = set()
+    for line in _run(["ldd", str(path)], env=env).splitlines():
+        line = line.strip()
+        if "=>" in line:
+            name, _, rest = line.partition("=>")
+            rest = rest.strip()
+            if rest.startswith("not found"):
+                missing.add(name.strip())
+            elif rest.startswith("/"):
+                found.add(Path(rest.split()[0]))
+        elif line.startswith("/"):
+            # the dynamic loader line (no "=>"): it defines __tls_get_addr & co.
+            found.add(Path(line.split()[0]))
+    return found, missing
+
+
+def _c_source(symbols: list[str]) -> str:
+    lines = [
+        "/* Stand-in CANN symbols generated by npu_emulation.py; do not edit. */",
+        "#include <stdarg.h>",
+        "#include <stddef.h>",
+        "#include <stdio.h>",
+        "#include <string.h>",
+    ]
+    wanted = set(symbols)
+    for name, dep in _SECUREC_DEPS.items():
+        if name in wanted:
+            wanted.add(dep)
+    for name in ("memcpy_s", "memmove_s", "memset_s", "strcpy_s", "strncpy_s", "strcat_s"):
+        if name in wanted:
+            lines.append(_SECUREC_BODIES[name])
+    for name in ("strncat_s", "vsnprintf_s", "snprintf_s", "vsprintf_s", "sprintf_s"):
+        if name in wanted:
+            lines.append(_SECUREC_BODIES[name])
+    for i, sym in enumerate(sorted(set(symbols) - set(_SECUREC_BODIES))):
+        if sym.startswith(("_ZTV", "_ZTI", "_ZTS")):  # vtable / typeinfo (name): data
+            lines.append(
+                f'char ascend_stub_d{i}[256] __asm__("{sym}") __attribute__((aligned(16)));'
+            )
+        else:
+            lines.append(f'long ascend_stub_f{i}(void) __asm__("{sym}");')
+            lines.append(f"long ascend_stub_f{i}(void) {{ return 0; }}")
+    return "\n".join(lines) + "\n"
+
+
+def _gcc(args: list[str]) -> None:
+    _run(["gcc", "-shared", "-fPIC", "-O1", "-w", *args])
+
+
+def _stub_dir_complete(path: Path) -> bool:
+    manifest = path / "manifest.json"
+    if not manifest.is_file():
+        return False
+    try:
+        libs = json.loads(manifest.read_text())["libs"]
+    except (ValueError, KeyError):
+        return False
+    return all((path / lib).is_file() for lib in libs)
+
+
+def build_stubs(cache_dir: Path | None = None) -> Path:
+    """Build (or reuse) the stand-in CANN libraries for the installed torch_npu.
+
+    ``cache_dir`` (or ``$ASCEND_SCAFFOLD_NPU_STUBS``, default ``~/.cache/ascend-scaffold/
+    npu-stubs``) is the cache root; the libraries go to ``<root>/<key>``, which is returned.
+    torch_npu is located with ``importlib.util.find_spec`` and never imported here.
+    """
+    npu_dir = _pkg_dir("torch_npu")
+    if npu_dir is None:
+        raise EmulationUnavailable(
+            "torch_npu is not installed in this interpreter "
+            "(pip install torch==2.13.0 torch-npu==2.13.0 packaging protobuf)"
+        )
+    torch_dir = _pkg_dir("torch")
+    if torch_dir is None:
+        raise EmulationUnavailable("torch is not installed in this interpreter")
+    final = _cache_root(cache_dir) / _stub_key(npu_dir)
+    if _stub_dir_complete(final):
+        return final
+    _require_tools()
+
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (str(torch_dir / "lib"), str(npu_dir / "lib"), env.get("LD_LIBRARY_PATH")) if p
+    )
+    undefined: set[str] = set()
+    missing: set[str] = set()
+    providers: set[Path] = set()
+    scanned, skipped = [], []
+    for so in _so_files(npu_dir):
+        found, miss = _ldd(so, env)
+        if miss & OPTIONAL_SONAMES:
+            skipped.append(str(so.relative_to(npu_dir)))
+            continue
+        scanned.append(so)
+        missing |= miss
+        providers |= found
+        undefined |= _nm(so, undefined=True)
+    exe = Path(sys.executable).resolve()
+    exe_found, _ = _ldd(exe, env)
+    providers |= exe_found | set(scanned) | {exe}
+    defined: set[str] = set()
+    for lib in sorted(providers):
+        if lib.is_file():
+            defined |= _nm(lib, undefined=False)
+    symbols = sorted(undefined - defined)
+    missing -= OPTIONAL_SONAMES
+    missing.add(PRIMARY_SONAME)
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=final.parent))
+    try:
+        (tmp / "stubs.c").write_text(_c_source(symbols))
+        (tmp / "empty.c").write_text("int ascend_scaffold_empty_stub;\n")
+        (tmp / "symbols.txt").write_text("\n".join(symbols) + "\n")
+        primary = tmp / PRIMARY_SONAME
+        _gcc(["-o", str(primary), f"-Wl,-soname,{PRIMARY_SONAME}", str(tmp / "stubs.c")])
+        for soname in sorted(missing - {PRIMARY_SONAME}):
+            _gcc(
+                [
+                    "-o",
+                    str(tmp / soname),
+                    f"-Wl,-soname,{soname}",
+                    str(tmp / "empty.c"),
+                    "-Wl,--no-as-needed",
+                    f"-L{tmp}",
+                    "-l:" + PRIMARY_SONAME,
+                    "-Wl,-rpath,$ORIGIN",
+                ]
+            )
+        manifest = {
+            "torch_npu_version": _torch_npu_version(),
+            "torch_npu_dir": str(npu_dir),
+            "key": final.name,
+            "symbol_count": len(symbols),
+            "libs": [PRIMARY_SONAME] + sorted(missing - {PRIMARY_SONAME}),
+            "scanned": [str(p.relative_to(npu_dir)) for p in scanned],
+            "skipped_optional": skipped,
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not _stub_dir_complete(final):  # lost a race with a broken winner: replace it
+                shutil.rmtree(final, ignore_errors=True)
+                os.rename(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def stub_manifest(stub_dir: Path) -> dict:
+    return json.loads((Path(stub_dir) / "manifest.json").read_text())
+
+
+def _preload(stub_dir: Path) -> None:
+    for lib in stub_manifest(stub_dir)["libs"]:  # primary first
+        _STATE["handles"].append(ctypes.CDLL(str(stub_dir / lib), mode=ctypes.RTLD_GLOBAL))
+
+
+def emulation_env(stub_dir: Path | None = None) -> dict[str, str]:
+    """Env vars for a child process that should import torch_npu without calling activate()."""
+    env = {AUTOLOAD_ENV: "0"}
+    if stub_dir is not None:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (str(stub_dir), os.environ.get("LD_LIBRARY_PATH")) if p
+        )
+    return env
+
+
+# --------------------------------------------------------------------------------------------
+# activation
+# --------------------------------------------------------------------------------------------
+
+
+def activate(cache_dir: Path | None = None) -> bool:
+    """Make ``import torch_npu`` / ``import torchair`` work on CPU and register CPU kernels.
+
+    Returns True; raises :class:`EmulationUnavailable` with the reason otherwise. Idempotent.
+    Call it before anything imports torch_npu (conftest / test module level).
+    """
+    if _STATE["active"]:
+        return True
+    os.environ.setdefault(AUTOLOAD_ENV, "0")
+    if "torch_npu" not in sys.modules:
+        stub_dir = build_stubs(cache_dir)
+        _STATE["stub_dir"] = stub_dir
+        try:
+            _preload(stub_dir)
+        except OSError as exc:
+            raise EmulationUnavailable(f"loading stand-in libraries failed: {exc}") from exc
+    try:
+        import torch  # noqa: F401
+        import torch_npu  # noqa: F401
+        import torchair  # noqa: F401
+        import torchair.ops._npu_fused_infer_attention_score  # noqa: F401  (defines air:: op)
+    except Exception as exc:  # noqa: BLE001 - any import failure is a skip reason
+        raise EmulationUnavailable(
+            f"import torch_npu/torchair failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    _register_kernels()
+    _STATE["active"] = True
+    return True
+
+
+def unavailable_reason(cache_dir: Path | None = None) -> str | None:
+    """None when :func:`activate` succeeds, else a one-line reason (for ``pytest.skip``)."""
+    try:
+        activate(cache_dir)
+    except EmulationUnavailable as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001
+        return f"NPU emulation failed: {type(exc).__name__}: {exc}"
+    return None
+
+
+def reexec_with_env(argv: list[str] | None = None) -> None:
+    """Fallback for hosts where ctypes preloading is not enough: re-exec this interpreter with
+    ``LD_LIBRARY_PATH`` pointing at the stubs (no-op when it already does)."""
+    stub_dir = build_stubs()
+    if str(stub_dir) in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):
+        return
+    env = dict(os.environ, **emulation_env(stub_dir))
+    os.execve(sys.executable, [sys.executable, *(argv or sys.argv)], env)
+
+
+# --------------------------------------------------------------------------------------------
+# CPU reference kernels
+# --------------------------------------------------------------------------------------------
+
+
+def _constraint(ok: bool, message: str) -> None:
+    """A documented device constraint (the op would fail or is unsupported on A2/A3)."""
+    if ok:
+        return
+    if os.environ.get(STRICT_ENV, "") not in ("", "0"):
+        raise ValueError(f"[npu emulation, strict] {message}")
+    if message not in CONSTRAINT_VIOLATIONS:
+        CONSTRAINT_VIOLATIONS.append(message)
+
+
+def rms_norm_ref(x, gamma, epsilon=1e-6):
+    """``npu_rms_norm``: y = x * rsqrt(mean(x^2) + eps) * gamma over gamma's trailing dims,
+    fp32 accumulation; returns (y in x.dtype, rstd float32 shaped like x with those dims = 1)."""
+    import torch
+
+    _constraint(
+        x.dtype in (torch.float16, torch.bfloat16, torch.float32),
+        f"npu_rms_norm: dtype {x.dtype} unsupported (float16/bfloat16/float32)",
+    )
+    _constraint(gamma.dtype == x.dtype, "npu_rms_norm: gamma dtype must equal input dtype")
+    dims = tuple(range(x.dim() - gamma.dim(), x.dim()))
+    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(dim=dims, keepdim=True) + epsilon)
+    return (xf * rstd * gamma.float()).to(x.dtype), rstd
+
+
+def _rotate(x, mode):
+    import torch
+
+    if mode == "half":
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((-x2, x1), dim=-1)
+    if mode == "interleave":
+        pairs = x.unflatten(-1, (-1, 2))
+        return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+    if mode == "quarter":
+        a, b = x.chunk(2, dim=-1)
+        return torch.cat((_rotate(a, "half"), _rotate(b, "half")), dim=-1)
+    raise ValueError(f"npu_apply_rotary_pos_emb: unknown rotary_mode {mode!r}")
+
+
+def rotary_ref(query, key, cos, sin, layout="BSND", rotary_mode="half"):
+    """``npu_apply_rotary_pos_emb``: out = x * cos + rotate(x) * sin (rotate_half for "half",
+    as in HF llama), fp32 maths, cos/sin broadcast against the layout (BSND: (B,S,1,D)).
+    If cos has fewer channels than x (partial rotary) the rest passes through."""
+    import torch
+
+    _constraint(
+        layout in ("BSND", "TND"),
+        f"npu_apply_rotary_pos_emb: layout {layout!r} is A2/A3-unsupported",
+    )
+    _constraint(rotary_mode == "half", f"npu_apply_rotary_pos_emb: rotary_mode {rotary_mode!r}")
+    _constraint(
+        query.shape[-1] in (64, 128),
+        f"npu_apply_rotary_pos_emb: head dim {query.shape[-1]} (A2/A3 need D in {{64, 128}})",
+    )
+    _constraint(
+        query.dtype == key.dtype == cos.dtype == sin.dtype,
+        "npu_apply_rotary_pos_emb: query/key/cos/sin dtypes must be equal",
+    )
+    n_axis = 2 if layout in ("BSND", "SBND") else (1 if layout in ("BNSD", "TND") else None)
+    if n_axis is not None and cos.dim() == query.dim():
+        _constraint(cos.shape[n_axis] == 1, "npu_apply_rotary_pos_emb: cos/sin N must be 1")
+    c, s = cos.float(), sin.float()
+    rd = c.shape[-1]
+    outs = []
+    for x in (query, key):
+        xf = x.float()
+        rot, rest = xf[..., :rd], xf[..., rd:]
+        y = rot * c + _rotate(rot, rotary_mode) * s
+        outs.append(torch.cat((y, rest), dim=-1).to(x.dtype) if rest.shape[-1] else y.to(x.dtype))
+    return outs[0], outs[1]
+
+
+def scatter_update_ref(data, indices, updates, axis):
+    """``scatter_update``: functional reference (returns a new tensor).
+
+    CANN ``Scatter`` semantics (hicann/ops-nn index/scatter): dim 0 is the batch.
+    1-D indices (n,): ``data[i, ..., indices[i] : indices[i] + e, ...] = updates[i]`` along
+    ``axis`` (e = updates.shape[axis]). 2-D indices (n, 2): row i writes batch
+    ``indices[i][0]`` at offset ``indices[i][1]``. 0-D indices act like shape (1,).
+    """
+    out = data.clone()
+    _scatter_into(out, indices, updates, axis)
+    return out
+
+
+def _scatter_into(data, indices, updates, axis):
+    import torch
+
+    if not 2 <= data.dim() <= 8 or updates.dim() != data.dim():
+        raise ValueError(
+            f"scatter_update: data ({data.dim()}-D) and updates ({updates.dim()}-D) must have the "
+            "same rank in 2..8"
+        )
+    if indices.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"scatter_update: indices dtype {indices.dtype} (int32/int64 only)")
+    ax = axis % data.dim()
+    if ax == 0:
+        raise ValueError("scatter_update: axis must not be the batch axis 0")
+    idx = indices.reshape(1) if indices.dim() == 0 else indices
+    if idx.dim() not in (1, 2) or (idx.dim() == 2 and idx.shape[1] != 2):
+        raise ValueError(f"scatter_update: indices shape {tuple(indices.shape)} (n,) or (n, 2)")
+    n, e = updates.shape[0], updates.shape[ax]
+    if idx.shape[0] != n or n > data.shape[0]:
+        raise ValueError("scatter_update: indices.shape[0] must equal updates.shape[0] <= batch")
+    for d in range(1, data.dim()):
+        if d != ax and updates.shape[d] != data.shape[d]:
+            raise ValueError(f"scatter_update: updates dim {d} differs from data")
+    rows = idx.tolist()
+    for i, row in enumerate(rows):
+        b, pos = (i, row) if idx.dim() == 1 else (row[0], row[1])
+        if not (0 <= b < data.shape[0] and 0 <= pos and pos + e <= data.shape[ax]):
+            raise IndexError(
+                f"scatter_update: row {i} writes batch {b} at {pos}..{pos + e} outside "
+                f"{tuple(data.shape)} along axis {axis} (the device does not check this)"
+            )
+        data[b].narrow(ax - 1, pos, e).copy_(updates[i])
+    return data
+
+
+def _per_batch(lengths, batch, full, name):
+    if lengths is None:
+        return [full] * batch
+    vals = [int(v) for v in (lengths.tolist() if hasattr(lengths, "tolist") else lengths)]
+    if len(vals) == 1:
+        vals = vals * batch
+    elif len(vals) >= batch:
+        vals = vals[:batch]
+    else:
+        raise ValueError(f"npu_fused_infer_attention_score: {name} has {len(vals)} < B={batch}")
+    for b, v in enumerate(vals):
+        if not 0 <= v <= full:
+            raise ValueError(f"npu_fused_infer_attention_score: {name}[{b}]={v} not in 0..{full}")
+    return vals
+
+
+_UNSUPPORTED_FIA = (
+    "dequant_scale1 quant_scale1 dequant_scale2 quant_scale2 quant_offset2 antiquant_scale "
+    "antiquant_offset block_table query_padding_size kv_padding_size key_antiquant_scale "
+    "key_antiquant_offset value_antiquant_scale value_antiquant_offset key_shared_prefix "
+    "value_shared_prefix actual_shared_prefix_len query_rope key_rope key_rope_antiquant_scale"
+).split()
+_CAUSAL_CACHE: dict[str, object] = {}
+
+
+def _to_bnsd(t, layout, heads):
+    if layout in ("BNSD", "BNSD_BSND"):
+        return t
+    if layout == "BSND":
+        return t.transpose(1, 2)
+    if layout == "BSH":
+        b, s, h = t.shape
+        if h % heads:
+            raise ValueError(f"npu_fused_infer_attention_score: H={h} not divisible by N={heads}")
+        return t.reshape(b, s, heads, h // heads).transpose(1, 2)
+    raise NotImplementedError(f"npu emulation: input_layout {layout!r} is not emulated")
+
+
+def _check_compressed_mask(mask, mode):
+    import torch
+
+    if mask is None:
+        raise ValueError(f"npu_fused_infer_attention_score: sparse_mode={mode} needs atten_mask")
+    if tuple(mask.shape[-2:]) != (2048, 2048) or any(d != 1 for d in mask.shape[:-2]):
+        raise ValueError(
+            f"npu_fused_infer_attention_score: sparse_mode={mode} needs the optimized 2048x2048 "
+            f"atten_mask, got {tuple(mask.shape)}"
+        )
+    ref = _CAUSAL_CACHE.get("triu")
+    if ref is None:
+        ref = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
+        _CAUSAL_CACHE["triu"] = ref
+    if not torch.equal(mask.reshape(2048, 2048).bool(), ref):
+        raise ValueError(
+            "npu_fused_infer_attention_score: the 2048x2048 atten_mask must be upper-triangular "
+            "(torch.triu(ones, diagonal=1), True = masked)"
+        )
+
+
+def fused_infer_attention_ref(query, key, value, **kw):
+    """``npu_fused_infer_attention_score`` reference (documented semantics, fp32 maths).
+
+    Layouts BNSD / BSND / BSH / BNSD_BSND (output BSND). GQA: query head h uses KV head
+    ``h // (N / Nkv)``. Per batch b only the first ``actual_seq_lengths[b]`` queries and
+    ``actual_seq_lengths_kv[b]`` keys count (None = full; one value broadcasts); padded query
+    rows get zeros, as do rows with no visible key. Masks (True = masked): Q_S == 1 ignores
+    sparse_mode (an optional (B, KV_S)-style mask still applies); sparse_mode 0/1 use the given
+    full mask (0 with None = no mask); 2 left-up causal (j <= i); 3 right-down causal
+    (j <= i + KV_b - Q_b); 4 band around the right-down diagonal with pre/next_tokens; 2/3/4
+    require the 2048x2048 upper-triangular mask. Returns (out, lse); lse is float32 (B,N,S,1)
+    when softmax_lse_flag else an empty float32 tensor (as the meta kernel).
+    """
+    import torch
+
+    for name in _UNSUPPORTED_FIA:
+        if kw.get(name) is not None:
+            raise NotImplementedError(f"npu emulation: FIA argument {name} is not emulated")
+    layout = kw.get("input_layout", "BSH")
+    n_heads = int(kw.get("num_heads", 1))
+    n_kv = int(kw.get("num_key_value_heads", 0)) or n_heads
+    scale = float(kw.get("scale", 1.0))
+    mode = int(kw.get("sparse_mode", 0))
+    mask = kw.get("atten_mask")
+    pse = kw.get("pse_shift")
+    _constraint(
+        query.dtype in (torch.float16, torch.bfloat16),
+        f"npu_fused_infer_attention_score: query dtype {query.dtype} (device: float16/bfloat16)",
+    )
+    if n_heads <= 0 or n_heads % n_kv or n_heads // n_kv > 64:
+        raise ValueError(
+            f"npu_fused_infer_attention_score: num_heads={n_heads} must be a multiple (<= 64x) "
+            f"of num_key_value_heads={n_kv}"
+        )
+    q = _to_bnsd(query, layout, n_heads)
+    k = _to_bnsd(key, layout, n_kv)
+    v = _to_bnsd(value, layout, n_kv)
+    if q.shape[1] != n_heads or k.shape[1] != n_kv or v.shape[1] != n_kv:
+        raise ValueError(
+            f"npu_fused_infer_attention_score: num_heads={n_heads}/num_key_value_heads={n_kv} "
+            f"do not match query N={q.shape[1]} / key N={k.shape[1]} ({layout})"
+        )
+    if k.shape[:3] != v.shape[:3] or k.shape[0] != q.shape[0] or k.shape[-1] != q.shape[-1]:
+        raise ValueError("npu_fused_infer_attention_score: query/key/value shapes disagree")
+    bsz, _, sq, _ = q.shape
+    skv = k.shape[2]
+    lens_q = _per_batch(kw.get("actual_seq_lengths"), bsz, sq, "actual_seq_lengths")
+    if sq == 1:
+        lens_q = [1] * bsz  # documented: ignored when Q_S == 1
+    lens_kv = _per_batch(kw.get("actual_seq_lengths_kv"), bsz, skv, "actual_seq_lengths_kv")
+
+    i = torch.arange(sq).view(1, 1, sq, 1)
+    j = torch.arange(skv).view(1, 1, 1, skv)
+    lq = torch.tensor(lens_q).view(bsz, 1, 1, 1)
+    lkv = torch.tensor(lens_kv).view(bsz, 1, 1, 1)
+    allowed = (j < lkv) & (i < lq)
+    if sq == 1:
+        if mask is not None:
+            m = mask.bool()
+            m = m.view(bsz, 1, 1, -1) if m.dim() == 2 else m
+            allowed = allowed & ~m[..., :sq, :skv]
+    elif mode in (0, 1):
+        if mask is None and mode == 1:
+            raise ValueError("npu_fused_infer_attention_score: sparse_mode=1 needs atten_mask")
+        if mask is not None:
+            m = mask.bool()
+            if m.dim() == 3:
+                m = m.unsqueeze(1)
+            allowed = allowed & ~m[..., :sq, :skv]
+    elif mode in (2, 3, 4):
+        _check_compressed_mask(mask, mode)
+        if mode == 2:
+            allowed = allowed & (j <= i)
+        else:
+            diag = i + (lkv - lq)
+            allowed = allowed & (j <= diag)
+            if mode == 4:
+                pre, nxt = int(kw.get("pre_tokens", 2147483647)), int(kw.get("next_tokens", 0))
+                allowed = (j < lkv) & (i < lq) & (j >= diag - pre) & (j <= diag + nxt)
+    else:
+        raise NotImplementedError(f"npu emulation: sparse_mode={mode} is not emulated")
+
+    group = n_heads // n_kv
+    kf = k.float().repeat_interleave(group, dim=1)
+    vf = v.float().repeat_interleave(group, dim=1)
+    scores = torch.matmul(q.float(), kf.transpose(-1, -2)) * scale
+    if pse is not None:
+        scores = scores + pse.float()[..., :sq, :skv]
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    any_visible = allowed.any(dim=-1, keepdim=True)
+    probs = torch.where(any_visible, torch.softmax(scores, dim=-1), torch.zeros(()))
+    out = torch.matmul(probs, vf).to(query.dtype)
+    if layout in ("BSND", "BNSD_BSND"):
+        out = out.transpose(1, 2).contiguous()
+    elif layout == "BSH":
+        out = out.transpose(1, 2).reshape(bsz, sq, -1)
+    if kw.get("softmax_lse_flag", False):
+        lse = torch.where(any_visible, torch.logsumexp(scores, -1, keepdim=True), math.inf)
+    else:
+        lse = torch.empty(0, dtype=torch.float32)
+    return out, lse.float()
+
+
+def _register_kernels() -> None:
+    import torch
+
+    if _STATE["libs"]:
+        return
+    npu_lib = torch.library.Library("npu", "IMPL")
+    air_lib = torch.library.Library("air", "IMPL")
+    _STATE["libs"] = [npu_lib, air_lib]  # keep the registrations alive
+
+    def rms_norm(x, gamma, epsilon=1e-6):
+        return rms_norm_ref(x, gamma, epsilon)
+
+    def rotary(query, key, cos, sin, layout="BSND", rotary_mode="half"):
+        # The device kernel writes the result into query/key (GE inserts a TensorMove first,
+        # eager does not): mirror eager by updating the inputs too, and return new tensors.
+        q_out, k_out = rotary_ref(query, key, cos, sin, layout, rotary_mode)
+        with torch.no_grad():
+            query.copy_(q_out)
+            key.copy_(k_out)
+        return q_out, k_out
+
+    def scatter_update_inplace(data, indices, updates, axis):
+        return _scatter_into(data, indices, updates, axis)
+
+    def fia(query, key, value, *args, **kw):
+        if args:
+            raise TypeError("npu_fused_infer_attention_score: only 3 positional arguments")
+        return fused_infer_attention_ref(query, key, value, **kw)
+
+    npu_lib.impl("npu_rms_norm", rms_norm, "CPU")
+    npu_lib.impl("npu_apply_rotary_pos_emb", rotary, "CPU")
+    npu_lib.impl("scatter_update", scatter_update_ref, "CPU")
+    npu_lib.impl("scatter_update_", scatter_update_inplace, "CPU")
+    npu_lib.impl("npu_fused_infer_attention_score", fia, "CPU")
+    # torchair's own CPU kernel raises NotImplementedError by design (GE graph mode only);
+    # overriding it is what makes the GE decode path's op checkable on CPU.
+    air_lib.impl("npu_fused_infer_attention_score", fia, "CPU")
+
+
+__all__ = [
+    "CONSTRAINT_VIOLATIONS",
+    "EmulationUnavailable",
+    "activate",
+    "build_stubs",
+    "emulation_env",
+    "fused_infer_attention_ref",
+    "reexec_with_env",
+    "rms_norm_ref",
+    "rotary_ref",
+    "scatter_update_ref",
+    "stub_manifest",
+    "unavailable_reason",
+]

@@ -1,0 +1,287 @@
+"""Check NPU op calls in source files against the installed torch_npu / torchair schemas.
+
+Plain Python, copied verbatim into generated packages' ``tests/`` (no project imports).
+
+:func:`check_npu_calls` parses ``.py`` files with :mod:`ast`, finds every call of
+``torch_npu.X(...)``, ``torch.ops.npu.X(...)`` (also ``.default``), ``torchair.ops.X(...)`` and
+``torch.ops.air.X(...)`` (aliases from ``import ... as`` and ``from torch_npu import X`` are
+followed), resolves the op schema from the installed wheel (``torch.ops.npu.X.default._schema``,
+``torch.ops.air.X.default._schema``; plain Python functions via ``inspect.signature``) and reports:
+
+* unknown ops / attributes that the installed wheel does not have;
+* keyword names that the schema does not have (note: the first argument of ``npu_rms_norm``,
+  ``scatter_update_``, ``npu_scatter_nd_update_``, ``npu_rotary_mul`` is ``input``, not
+  ``self``), too many positional arguments, missing required arguments, literal constants whose
+  type does not fit the schema type;
+* a non-literal value passed to an ``int[]`` argument (not ``SymInt[]``): dynamo specialises on
+  every element, so a per-step value (e.g. ``npu_prompt_flash_attention(...,
+  actual_seq_lengths=lens)``) recompiles every step even with ``dynamic=True``.
+
+torch_npu must be importable: when it is not yet imported, the sibling ``npu_emulation.py`` is
+loaded and activated (CPU stand-ins for CANN).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import re
+import sys
+from pathlib import Path
+
+
+def _ensure_torch_npu() -> None:
+    if "torch_npu" in sys.modules and "torchair" in sys.modules:
+        return
+    helper = Path(__file__).with_name("npu_emulation.py")
+    mod = sys.modules.get("npu_emulation")
+    if mod is None and helper.is_file():
+        spec = importlib.util.spec_from_file_location("npu_emulation", helper)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["npu_emulation"] = mod
+        spec.loader.exec_module(mod)
+    if mod is not None:
+        mod.activate()
+    else:  # real NPU host: plain imports
+        import torch_npu  # noqa: F401
+        import torchair  # noqa: F401
+    import torchair.ops._npu_fused_infer_attention_score  # noqa: F401
+
+
+def _dotted(node: ast.AST) -> list[str] | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return parts[::-1]
+    return None
+
+
+class _Aliases(ast.NodeVisitor):
+    """Names bound to torch, torch_npu, torchair(.ops) and to ops imported by name."""
+
+    def __init__(self) -> None:
+        self.modules: dict[str, tuple[str, ...]] = {
+            "torch": ("torch",),
+            "torch_npu": ("torch_npu",),
+            "torchair": ("torchair",),
+        }
+        self.names: dict[str, tuple[str, ...]] = {}
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            if a.asname:
+                self.modules[a.asname] = tuple(a.name.split("."))
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level or not node.module:
+            return
+        base = tuple(node.module.split("."))
+        for a in node.names:
+            if base[0] in ("torch", "torch_npu", "torchair"):
+                self.names[a.asname or a.name] = (*base, a.name)
+
+
+def _target(parts: list[str], aliases: _Aliases) -> tuple[str, str, str] | None:
+    """(namespace, op name, shown name) for an NPU call, else None."""
+    head = parts[0]
+    if head in aliases.names:
+        full = (*aliases.names[head], *parts[1:])
+    elif head in aliases.modules:
+        full = (*aliases.modules[head], *parts[1:])
+    else:
+        return None
+    if (
+        full
+        and full[-1] == "default"
+        and full[:3] in (("torch", "ops", "npu"), ("torch", "ops", "air"))
+    ):
+        full = full[:-1]
+    shown = ".".join(full)
+    if len(full) == 2 and full[0] == "torch_npu":
+        return "npu", full[1], shown
+    if len(full) == 4 and full[:3] == ("torch", "ops", "npu"):
+        return "npu!", full[3], shown
+    if len(full) == 4 and full[:3] == ("torch", "ops", "air"):
+        return "air!", full[3], shown
+    if len(full) == 3 and full[:2] == ("torchair", "ops"):
+        return "air", full[2], shown
+    return None
+
+
+def _schemas(ns: str, name: str):
+    import torch
+
+    packet_ns = torch.ops.npu if ns.startswith("npu") else torch.ops.air
+    try:
+        packet = getattr(packet_ns, name)
+    except (AttributeError, RuntimeError):
+        return None
+    return [getattr(packet, o)._schema for o in packet.overloads()]
+
+
+def _python_callable(ns: str, name: str):
+    if ns == "npu":
+        import torch_npu
+
+        return getattr(torch_npu, name, None)
+    if ns == "air":
+        import torchair
+
+        return getattr(torchair.ops, name, None)
+    return None
+
+
+def _declared_types(schema) -> dict[str, str]:
+    """Argument name -> declared type as written (keeps SymInt[] vs int[])."""
+    text = str(schema)
+    args = text[text.index("(") + 1 : text.index(") ->")]
+    out = {}
+    for a in schema.arguments:
+        m = re.search(r"(\S+) " + re.escape(a.name) + r"(?:=|,|$)", args)
+        out[a.name] = m.group(1) if m else str(a.real_type)
+    return out
+
+
+def _literal(node: ast.AST):
+    try:
+        return True, ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+
+
+def _type_fits(declared: str, value) -> bool:
+    t = declared.replace("(a!)", "").replace("(b!)", "")
+    if value is None:
+        return t.endswith("?")
+    t = t.rstrip("?")
+    if t.endswith("[]"):
+        return isinstance(value, list | tuple) and all(_type_fits(t[:-2], v) for v in value)
+    if t in ("int", "SymInt"):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if t == "float":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if t == "bool":
+        return isinstance(value, bool)
+    if t == "str":
+        return isinstance(value, str)
+    if t == "Scalar":
+        return isinstance(value, int | float | bool)
+    if t.startswith("Tensor"):
+        return False
+    return True  # ScalarType, Layout, ...: not checked
+
+
+def _check_schema(call: ast.Call, schema) -> list[str]:
+    problems = []
+    args = list(schema.arguments)
+    declared = _declared_types(schema)
+    positional = [a for a in args if not a.kwarg_only]
+    names = {a.name for a in args}
+    sig = f"{schema.name}({', '.join(f'{declared[a.name]} {a.name}' for a in args)})"
+    star = any(isinstance(a, ast.Starred) for a in call.args)
+    bound: dict[str, ast.AST] = {}
+    if not star:
+        if len(call.args) > len(positional):
+            problems.append(
+                f"{len(call.args)} positional arguments, schema takes {len(positional)}: {sig}"
+            )
+        for a, node in zip(positional, call.args, strict=False):
+            bound[a.name] = node
+    for kw in call.keywords:
+        if kw.arg is None:
+            star = True
+            continue
+        if kw.arg not in names:
+            problems.append(
+                f"unknown keyword {kw.arg!r}; schema arguments: {', '.join(a.name for a in args)}"
+            )
+            continue
+        if kw.arg in bound:
+            problems.append(f"argument {kw.arg!r} given positionally and by keyword")
+        bound[kw.arg] = kw.value
+    if not star:
+        for a in args:
+            if a.name not in bound and not a.has_default_value():
+                problems.append(f"required argument {a.name!r} missing: {sig}")
+    for name, node in bound.items():
+        typ = declared[name]
+        ok, value = _literal(node)
+        if re.fullmatch(r"int\[\d*\]\??", typ) and not ok:
+            problems.append(
+                f"argument {name!r} is `{typ}` (not SymInt[]) but gets a non-constant value "
+                f"`{ast.unparse(node)}`: dynamo specialises on it and recompiles whenever it "
+                "changes (every decode step), even with dynamic=True"
+            )
+        elif ok and not _type_fits(typ, value):
+            problems.append(f"argument {name!r}={value!r} does not fit schema type `{typ}`")
+    return problems
+
+
+def _check_signature(call: ast.Call, fn) -> list[str]:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return []
+    params = sig.parameters.values()
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return []
+    fake_args = [object()] * len(call.args)
+    fake_kw = {k.arg: object() for k in call.keywords if k.arg}
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(
+        k.arg is None for k in call.keywords
+    ):
+        return []
+    try:
+        sig.bind(*fake_args, **fake_kw)
+    except TypeError as exc:
+        return [f"{exc} (signature {sig})"]
+    return []
+
+
+def check_npu_calls(source_paths) -> list[str]:
+    """Problems (``path:line: call: message``) of every NPU call in ``source_paths``."""
+    _ensure_torch_npu()
+    problems: list[str] = []
+    for path in map(Path, source_paths):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        aliases = _Aliases()
+        aliases.visit(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            parts = _dotted(node.func)
+            target = _target(parts, aliases) if parts else None
+            if target is None:
+                continue
+            ns, name, shown = target
+            where = f"{path}:{node.lineno}: {shown}"
+            schemas = _schemas(ns, name)
+            if ns == "air" and schemas is None:
+                # torchair.ops.X may be a plain Python helper
+                fn = _python_callable(ns, name)
+                if fn is None:
+                    problems.append(f"{where}: not found in the installed torchair")
+                else:
+                    problems += [f"{where}: {m}" for m in _check_signature(node, fn)]
+                continue
+            if schemas is None:
+                fn = _python_callable(ns, name)
+                if fn is None:
+                    problems.append(f"{where}: no such op/attribute in the installed torch_npu")
+                else:
+                    problems += [f"{where}: {m}" for m in _check_signature(node, fn)]
+                continue
+            results = [_check_schema(node, s) for s in schemas]
+            if all(results):  # no overload accepts the call
+                problems += [f"{where}: {m}" for m in results[0]]
+    return problems
+
+
+if __name__ == "__main__":
+    found = check_npu_calls(sys.argv[1:])
+    print("\n".join(found) or "ok")
+    sys.exit(1 if found else 0)

@@ -1,0 +1,466 @@
+"""AST visitor that finds graph-mode hazards in one Python source file (no import, no execution).
+
+See ``rules.py`` for what each rule id means and the heuristics it uses.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import asdict, dataclass, field
+
+from .astutil import (
+    canonical,
+    dotted,
+    excluded_name,
+    forward_functions,
+    identifiers,
+    import_aliases,
+    is_self_attr,
+)
+from .rules import RULES, Rule
+from .shapes import dim_value, seq_len_hazards
+
+HOST_METHODS = {"item", "tolist", "cpu", "numpy"}
+SYNC_METHODS = {"synchronize", "wait_stream", "wait_event"}
+VALUE_METHODS = {"any", "all", "item", "sum", "max", "min", "mean", "prod", "norm", "std", "var"}
+VALUE_METHODS |= {"argmax", "argmin", "count_nonzero", "equal", "allclose", "nonzero"}
+TORCH_VALUE = VALUE_METHODS | {"is_nonzero", "isnan", "isinf", "isfinite", "isclose", "isin"}
+TORCH_VALUE |= {"eq", "ne", "gt", "ge", "lt", "le", "greater", "less", "logical_and", "logical_or"}
+RANDOM_FUNCS = {"rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm"}
+RANDOM_FUNCS |= {"bernoulli", "multinomial", "normal", "poisson", "dropout", "alpha_dropout"}
+RANDOM_METHODS = {"bernoulli", "bernoulli_", "multinomial", "uniform_", "normal_", "random_"}
+RANDOM_METHODS |= {"exponential_", "geometric_", "cauchy_", "log_normal_"}
+DROPOUT_FUNCS = {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout"}
+DROPOUT_FUNCS |= {"feature_alpha_dropout", "gumbel_softmax"}
+DROPOUT_MODULES = {"Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout"}
+DROPOUT_MODULES |= {"FeatureAlphaDropout"}
+SHAPE_FUNCS = {"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "bincount"}
+CAT_FUNCS = {"torch.cat", "torch.concat", "torch.concatenate"}
+REALLOC_METHODS = {"clone", "to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"}
+BAD_BACKENDS = {"aot_eager", "inductor", "cudagraphs"}
+FA_LENGTH_KWARGS = {"actual_seq_lengths", "actual_seq_lengths_kv"}
+KV_RE = re.compile(r"past|cache|present|key_value|(^|_)kv(_|$)", re.IGNORECASE)
+SEQ_NAME_RE = re.compile(r"seq|len|past|kv|cache|step|token|offset|start|end", re.IGNORECASE)
+
+
+@dataclass
+class Hazard:
+    rule: str
+    path: str
+    line: int
+    col: int
+    message: str
+    code: str = ""
+    function: str = "<module>"
+
+    @property
+    def info(self) -> Rule:
+        return RULES[self.rule]
+
+    def to_dict(self) -> dict:
+        info = self.info
+        data = asdict(self)
+        data.update(name=info.slug, title=info.title, effect=info.effect)
+        data.update(why=info.why, fix=info.fix)
+        return data
+
+
+@dataclass
+class Facts:
+    """What the cross-file rule (GM010) and the design document need to know."""
+
+    list_fa: list[tuple[int, str]] = field(default_factory=list)
+    static_compiles: list[Hazard] = field(default_factory=list)
+    uses_torchair: bool = False
+    uses_npugraph_ex: bool = False
+
+
+@dataclass
+class _Frame:
+    name: str
+    forward: bool
+    excluded: bool
+    lists: set[str] = field(default_factory=set)
+
+
+def _is_training_test(test: ast.AST) -> bool:
+    if isinstance(test, ast.Attribute) and test.attr == "training":
+        return True
+    return (
+        isinstance(test, ast.BoolOp)
+        and isinstance(test.op, ast.And)
+        and (any(_is_training_test(v) for v in test.values))
+    )
+
+
+def _none_test_name(test: ast.AST) -> str | None:
+    """``X`` for ``if X is None:``."""
+    if (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Is)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        return test.left.id
+    return None
+
+
+def _is_list_annotation(ann: ast.AST | None) -> bool:
+    return ann is not None and any(n in ("list", "List") for n in identifiers(ann))
+
+
+def _is_mask_index(index: ast.AST) -> bool:
+    if isinstance(index, ast.Compare):
+        return True
+    if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.Invert):
+        return True
+    if isinstance(index, ast.BinOp) and isinstance(index.op, (ast.BitAnd, ast.BitOr)):
+        return _is_mask_index(index.left) or _is_mask_index(index.right)
+    name = dotted(index)
+    return name is not None and name.split(".")[-1].lower().endswith("mask")
+
+
+def _root_name(node: ast.AST) -> str | None:
+    """``past_key_value`` for ``past_key_value[0].to(x)``, ``cache`` for ``self.cache[:, :n]``."""
+    while True:
+        if isinstance(node, (ast.Subscript, ast.Starred)):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            node = node.func.value
+        else:
+            break
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _on_self(node: ast.AST) -> bool:
+    """``self.x`` / ``self.x[i]``: module state that outlives one call."""
+    while isinstance(node, ast.Subscript):
+        node = node.value
+    return is_self_attr(node)
+
+
+def _dynamic_arg(arg: ast.AST) -> bool:
+    """Involves a non-batch shape (.shape[i]/.size(i), i != 0), len(), .numel() or a
+    length-like name (seq_len, kv_len, past, cache, offset, start, end, ...)."""
+    for sub in ast.walk(arg):
+        if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Attribute):
+            if sub.value.attr == "shape" and dim_value(sub.slice) != 0:
+                return True
+        elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+            if sub.func.attr == "numel" or (
+                sub.func.attr == "size" and not (sub.args and dim_value(sub.args[0]) == 0)
+            ):
+                return True
+        elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name):
+            if sub.func.id == "len":
+                return True
+        elif isinstance(sub, ast.Name) and SEQ_NAME_RE.search(sub.id):
+            return True
+    return False
+
+
+class _Visitor(ast.NodeVisitor):
+    def __init__(self, tree: ast.Module, path: str, lines: list[str]) -> None:
+        self.aliases = import_aliases(tree)
+        self.forward = forward_functions(tree)
+        self.path, self.lines = path, lines
+        self.hazards: list[Hazard] = []
+        self.facts = Facts()
+        self.frames: list[_Frame] = []
+        self.classes: list[str] = []
+        self.training = 0
+        self.fallback: list[str] = []
+        self.fallback_assign = 0
+        self.assign_targets: list[list[str]] = []
+
+    # -- helpers -----------------------------------------------------------------------------
+    @property
+    def in_forward(self) -> bool:
+        return bool(self.frames) and self.frames[-1].forward
+
+    def make(self, rule: str, node: ast.AST, message: str) -> Hazard:
+        line = getattr(node, "lineno", 1)
+        code = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        func = self.frames[-1].name if self.frames else "<module>"
+        return Hazard(rule, self.path, line, node.col_offset + 1, message, code, func)
+
+    def add(self, rule: str, node: ast.AST, message: str) -> None:
+        self.hazards.append(self.make(rule, node, message))
+
+    def name_of(self, func: ast.AST) -> str:
+        return canonical(func, self.aliases) or ""
+
+    def is_method(self, func: ast.AST, names: set[str]) -> bool:
+        """``<expr>.m(...)`` with m in names, unless <expr> is rooted at a non-torch import
+        (``np.zeros(1).item()``, ``math.x``); ``torch.npu.synchronize()`` counts."""
+        if not isinstance(func, ast.Attribute) or func.attr not in names:
+            return False
+        node = func.value
+        while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+            node = node.func if isinstance(node, ast.Call) else node.value
+        if isinstance(node, ast.Name) and node.id in self.aliases:
+            return self.aliases[node.id].split(".")[0] in ("torch", "torch_npu")
+        return True
+
+    def torch_func(self, func: ast.AST, names: set[str]) -> bool:
+        name = self.name_of(func)
+        head, _, last = name.rpartition(".")
+        return last in names and head in ("torch", "torch.nn.functional", "torch.Tensor")
+
+    def check_test(self, test: ast.AST, what: str) -> None:
+        if not self.in_forward:
+            return
+        for sub in ast.walk(test):
+            if isinstance(sub, ast.Call) and (
+                self.is_method(sub.func, VALUE_METHODS) or self.torch_func(sub.func, TORCH_VALUE)
+            ):
+                called = ast.unparse(sub.func)
+                self.add("GM003", test, f"{what} depends on a tensor value ({called}(...))")
+                return
+
+    # -- scopes ------------------------------------------------------------------------------
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for dec in node.decorator_list:
+            self.visit(dec)
+        self.classes.append(node.name)
+        for stmt in node.body:
+            self.visit(stmt)
+        self.classes.pop()
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        for dec in node.decorator_list:
+            if not isinstance(dec, ast.Call) and self.name_of(dec) == "torch.compile":
+                self.add("GM008", dec, "bare @torch.compile uses the default inductor backend")
+            self.visit(dec)
+        self.visit(node.args)
+        parent = self.frames[-1] if self.frames else None
+        excluded = excluded_name(node.name) or (parent is not None and parent.excluded)
+        forward = (node in self.forward and not excluded) or (parent is not None and parent.forward)
+        qual = (
+            ".".join([*self.classes, node.name]) if parent is None else f"{parent.name}.{node.name}"
+        )
+        frame = _Frame(qual, forward, excluded)
+        all_args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+        frame.lists = {a.arg for a in all_args if _is_list_annotation(a.annotation)}
+        self.frames.append(frame)
+        saved = self.classes
+        self.classes = []
+        for stmt in node.body:
+            self.visit(stmt)
+        self.classes = saved
+        if forward:
+            for anchor, message in seq_len_hazards(node):
+                self.add("GM006", anchor, message)
+        self.frames.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    # -- control flow ------------------------------------------------------------------------
+    def _visit_branches(self, node: ast.If | ast.IfExp, body: list[ast.AST]) -> None:
+        training = _is_training_test(node.test)
+        fallback = _none_test_name(node.test)
+        self.training += training
+        if fallback:
+            self.fallback.append(fallback)
+        for child in body:
+            self.visit(child)
+        self.training -= training
+        if fallback:
+            self.fallback.pop()
+
+    def visit_If(self, node: ast.If) -> None:
+        self.check_test(node.test, "`if`")
+        self.visit(node.test)
+        self._visit_branches(node, node.body)
+        for child in node.orelse:
+            self.visit(child)
+
+    def visit_IfExp(self, node: ast.IfExp) -> None:
+        self.check_test(node.test, "conditional expression")
+        self.visit(node.test)
+        self._visit_branches(node, [node.body])
+        self.visit(node.orelse)
+
+    def visit_While(self, node: ast.While) -> None:
+        self.check_test(node.test, "`while`")
+        self.generic_visit(node)
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        self.check_test(node.test, "`assert`")
+        self.generic_visit(node)
+
+    # -- assignments -------------------------------------------------------------------------
+    def visit_Assign(self, node: ast.Assign | ast.AnnAssign) -> None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        value = node.value
+        if value is None:
+            return
+        names = {t.id for t in targets if isinstance(t, ast.Name)}
+        if self.frames and self._listish(value):
+            self.frames[-1].lists |= names
+        if self.in_forward and isinstance(value, ast.Call):
+            for target in targets:
+                if is_self_attr(target) and self._allocates(value):
+                    self.add(
+                        "GM007",
+                        target,
+                        f"`{ast.unparse(target)}` is re-allocated in forward "
+                        f"({ast.unparse(value.func)}(...))",
+                    )
+        fallback = bool(names & set(self.fallback))
+        self.fallback_assign += fallback
+        self.assign_targets.append([ast.unparse(t) for t in targets])
+        for target in targets:
+            self.visit(target)
+        self.visit(value)
+        self.assign_targets.pop()
+        self.fallback_assign -= fallback
+
+    visit_AnnAssign = visit_Assign
+
+    def _allocates(self, value: ast.Call) -> bool:
+        name = self.name_of(value.func)
+        return name.startswith("torch.") or self.is_method(value.func, REALLOC_METHODS)
+
+    def _listish(self, value: ast.AST) -> bool:
+        if isinstance(value, (ast.List, ast.ListComp)):
+            return True
+        if isinstance(value, ast.Call):
+            if isinstance(value.func, ast.Name) and value.func.id == "list":
+                return True
+            return isinstance(value.func, ast.Attribute) and value.func.attr == "tolist"
+        return (
+            isinstance(value, ast.Name)
+            and bool(self.frames)
+            and (value.id in self.frames[-1].lists)
+        )
+
+    # -- expressions -------------------------------------------------------------------------
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if self.in_forward and isinstance(node.ctx, ast.Load) and _is_mask_index(node.slice):
+            self.add(
+                "GM005",
+                node,
+                f"boolean-mask indexing `{ast.unparse(node)}` has a data-dependent shape",
+            )
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        self._check_call(node)
+        self.generic_visit(node)
+
+    def _check_call(self, node: ast.Call) -> None:
+        func = node.func
+        name = self.name_of(func)
+        short = ast.unparse(func)
+        self._compile_rules(node, name)
+        self._fa_lengths(node, name)
+        if name.rpartition(".")[2] in DROPOUT_MODULES and name.startswith("torch.nn"):
+            self.add("GM004", node, f"`{short}` module: dropout is a random op at capture")
+        if name in CAT_FUNCS and self._cache_scope():
+            self._kv_cat(node, short)
+        if not self.in_forward:
+            return
+        if self.is_method(func, HOST_METHODS) or self._to_cpu(node):
+            shown = ast.unparse(node) if func.attr == "to" else f"{short}()"
+            self.add("GM002", node, f"`{shown}` copies a tensor value to the host")
+        if self.is_method(func, SYNC_METHODS):
+            self.add("GM009", node, f"`{short}()` synchronises a stream/device in forward")
+        if is_self_attr(func) and func.attr in ("register_buffer", "register_parameter"):
+            self.add("GM007", node, f"`{short}` is called in forward")
+        self._random(node, name, short)
+        self._dynamic_shape(node, name, short)
+        if name == "torch.arange" and not self.fallback_assign:
+            args = [*node.args, *(k.value for k in node.keywords if k.arg in ("start", "end"))]
+            if any(_dynamic_arg(a) for a in args):
+                self.add("GM006", node, f"`{ast.unparse(node)}` is computed inside forward")
+
+    def _cache_scope(self) -> bool:
+        """Forward scope, or a cache-update method (update, append_to_cache, ...)."""
+        if not self.frames or self.frames[-1].excluded:
+            return False
+        last = self.frames[-1].name.rpartition(".")[2].lower()
+        return self.in_forward or "update" in last or "cache" in last
+
+    def _to_cpu(self, node: ast.Call) -> bool:
+        if not self.is_method(node.func, {"to"}):
+            return False
+        values = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "device")]
+        return any(isinstance(v, ast.Constant) and v.value == "cpu" for v in values)
+
+    def _random(self, node: ast.Call, name: str, short: str) -> None:
+        if self.training:
+            return
+        if self.torch_func(node.func, DROPOUT_FUNCS):
+            training = next((k.value for k in node.keywords if k.arg == "training"), None)
+            if isinstance(training, ast.Constant) and training.value is False:
+                return
+            self.add("GM004", node, f"`{short}(...)` in the inference forward")
+        elif self.torch_func(node.func, RANDOM_FUNCS) or (
+            self.is_method(node.func, RANDOM_METHODS) and not name.startswith("torch.nn.init")
+        ):
+            self.add("GM004", node, f"`{short}(...)` is a random op")
+
+    def _dynamic_shape(self, node: ast.Call, name: str, short: str) -> None:
+        if self.torch_func(node.func, SHAPE_FUNCS) or self.is_method(node.func, SHAPE_FUNCS):
+            self.add("GM005", node, f"`{short}(...)` has a data-dependent output shape")
+        elif name == "torch.where" and len(node.args) + len(node.keywords) == 1:
+            self.add("GM005", node, "one-argument torch.where(cond) is nonzero(as_tuple=True)")
+
+    def _kv_cat(self, node: ast.Call, short: str) -> None:
+        seq = node.args[0] if node.args else next((k.value for k in node.keywords), None)
+        if seq is None:
+            return
+        elts = seq.elts if isinstance(seq, (ast.List, ast.Tuple)) else [seq]
+        targets = self.assign_targets[-1] if self.assign_targets else []
+        grows = any(ast.unparse(e) in targets and _on_self(e) for e in elts)
+        named = [n for n in map(_root_name, elts) if n and KV_RE.search(n)]
+        if grows or named:
+            why = "module state re-assigned with itself" if grows else f"input `{named[0]}`"
+            self.add("GM001", node, f"`{short}` grows a KV cache ({why})")
+
+    def _compile_rules(self, node: ast.Call, name: str) -> None:
+        kws = {k.arg: k.value for k in node.keywords}
+        if name == "torch.compile":
+            backend = kws.get("backend")
+            if backend is None and None not in kws:
+                self.add("GM008", node, "torch.compile without backend= defaults to inductor")
+            elif isinstance(backend, ast.Constant) and backend.value in BAD_BACKENDS:
+                self.add("GM008", backend, f"backend={backend.value!r} is not an NPU backend")
+            dynamic = kws.get("dynamic")
+            if isinstance(dynamic, ast.Constant) and dynamic.value is False:
+                hazard = self.make("GM010", node, "compiled with dynamic=False")
+                self.facts.static_compiles.append(hazard)
+        elif name == "torch._dynamo.optimize":
+            backend = node.args[0] if node.args else kws.get("backend")
+            if isinstance(backend, ast.Constant) and backend.value in BAD_BACKENDS:
+                self.add("GM008", backend, f"backend={backend.value!r} is not an NPU backend")
+
+    def _fa_lengths(self, node: ast.Call, name: str) -> None:
+        for kw in node.keywords:
+            if kw.arg not in FA_LENGTH_KWARGS:
+                continue
+            literal = self._listish(kw.value)
+            if literal or (name.startswith("torch_npu.") and not name.startswith("torchair")):
+                self.facts.list_fa.append((node.lineno, ast.unparse(node.func)))
+
+
+def analyze_source(source: str, path: str = "<string>") -> tuple[list[Hazard], Facts]:
+    """Hazards (unsuppressed, unsorted, without the cross-file GM010) and facts for one file.
+
+    Raises SyntaxError if the source does not parse.
+    """
+    tree = ast.parse(source, filename=path)
+    visitor = _Visitor(tree, path, source.splitlines())
+    visitor.visit(tree)
+    facts = visitor.facts
+    facts.uses_torchair = any(v.split(".")[0] == "torchair" for v in visitor.aliases.values())
+    facts.uses_npugraph_ex = any(
+        isinstance(n, ast.Constant) and n.value == "npugraph_ex" for n in ast.walk(tree)
+    )
+    return visitor.hazards, facts

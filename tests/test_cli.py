@@ -1,0 +1,191 @@
+import pytest
+import yaml
+
+from scaffold import __version__
+from scaffold.questions import asked_questions
+
+
+def answers_of(dest):
+    return yaml.safe_load((dest / ".copier-answers.yml").read_text())
+
+
+def test_version(cli):
+    result = cli("--version")
+    assert result.exit_code == 0
+    assert __version__ in result.stdout
+
+
+@pytest.mark.parametrize("command", [[], ["new"], ["new", "model"]])
+def test_help_on_every_command(cli, command):
+    result = cli(*command, "--help")
+    assert result.exit_code == 0
+    assert "Usage" in result.stdout
+
+
+def test_help_lists_a_flag_per_question(cli):
+    text = cli("new", "model", "--help").stdout
+    for flag in ("--defaults", "--data-file", "--force", "--exe-mode", "--num-key-value-heads"):
+        assert flag in text
+
+
+def test_defaults_render(cli, tmp_path):
+    dest = tmp_path / "pkg"
+    result = cli("new", "model", "--defaults", dest)
+    assert result.exit_code == 0, result.output
+    assert (dest / "src/llama_tiny/modeling.py").is_file()
+    answers = answers_of(dest)
+    assert answers["exe_mode"] == "npugraph_ex"
+    assert answers["fa_interface"] == "torch_npu"
+    assert "enable_dynamic_graph: true" in (dest / "config/llama_tiny.yaml").read_text()
+
+
+def test_dest_defaults_to_model_name(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cli("new", "model", "--defaults", "--model-name", "my_llm")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "my_llm/src/my_llm/__init__.py").is_file()
+
+
+def test_prompts_fed_by_input(cli, tmp_path):
+    """Every question is asked in copier.yml order; empty lines accept defaults, a bad
+    value is asked again."""
+    replies = {"model_name": "qwen_try", "vocab_size": "abc\n4096", "exe_mode": "ge_graph"}
+    lines = [replies.get(q.name, "") for q in asked_questions()]
+    dest = tmp_path / "pkg"
+    result = cli("new", "model", dest, input="\n".join(lines) + "\n")
+    assert result.exit_code == 0, result.output
+    assert "vocab_size must be int" in result.output
+    answers = answers_of(dest)
+    assert answers["model_name"] == "qwen_try"
+    assert answers["vocab_size"] == 4096
+    assert answers["exe_mode"] == "ge_graph"
+    assert answers["fa_interface"] == "torchair"  # its default follows exe_mode
+
+
+def test_head_dim_default_follows_hidden_size(cli, tmp_path):
+    dest = tmp_path / "pkg"
+    result = cli(
+        "new", "model", "--defaults", "--hidden-size", "768", "--num-attention-heads", "12", dest
+    )
+    assert result.exit_code == 0, result.output
+    assert answers_of(dest)["head_dim"] == 64
+
+
+def test_too_little_input_aborts_and_writes_nothing(cli, tmp_path):
+    dest = tmp_path / "pkg"
+    result = cli("new", "model", dest, input="only_one\n")
+    assert result.exit_code == 1
+    assert not dest.exists()
+
+
+def test_data_file_answers_and_flags_override(cli, tmp_path):
+    data = tmp_path / "answers.yml"
+    data.write_text("model_name: from_file\nexe_mode: eager\nbatch_size: 4\n")
+    dest = tmp_path / "pkg"
+    result = cli("new", "model", "--data-file", data, "--defaults", "--batch-size", "8", dest)
+    assert result.exit_code == 0, result.output
+    answers = answers_of(dest)
+    assert (answers["model_name"], answers["exe_mode"], answers["batch_size"]) == (
+        "from_file",
+        "eager",
+        8,
+    )
+
+
+BAD_ANSWERS = [
+    (
+        ["--num-attention-heads", "8", "--num-key-value-heads", "3"],
+        "divisible by num_key_value_heads",
+    ),
+    (["--exe-mode", "eager", "--enable-static-kernel"], "enable_static_kernel is supported only"),
+    (
+        ["--exe-mode", "ge_graph", "--enable-static-kernel"],
+        "enable_static_kernel is supported only",
+    ),
+    (["--exe-mode", "npugraph_ex", "--fa-interface", "torchair"], "runs only in ge_graph"),
+    (["--exe-mode", "eager", "--fa-interface", "torchair"], "runs only in ge_graph"),
+    (["--exe-mode", "ge_graph", "--fa-interface", "torch_npu"], "recompile every decode step"),
+    (["--exe-mode", "max-autotune"], "exe_mode must be one of"),
+    (["--fa-interface", "flash"], "fa_interface must be one of"),
+    (["--dtype", "float64"], "dtype must be one of"),
+    (["--model-name", "My-Model"], "model_name must match"),
+    (["--head-dim", "15"], "head_dim must be an even number"),
+    (["--vocab-size", "0"], "vocab_size must be >= 1"),
+    (["--batch-size", "0"], "batch_size must be >= 1"),
+    (["--rope-theta", "-1"], "rope_theta must be > 0"),
+    (["--max-seq-len", "1"], "max_seq_len must be >= 2"),
+]
+
+
+@pytest.mark.parametrize(("flags", "message"), BAD_ANSWERS)
+def test_invalid_answers_exit_2_and_write_nothing(cli, tmp_path, flags, message):
+    dest = tmp_path / "pkg"
+    result = cli("new", "model", "--defaults", *flags, dest)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not dest.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("model_name: [unclosed", "not valid YAML"),
+        ("- a\n- list\n", "must hold a mapping"),
+        ("model_name: x\nhidden: 3\n", "unknown answer(s): hidden"),
+        ("num_hidden_layers: many\n", "num_hidden_layers must be int"),
+    ],
+)
+def test_bad_data_file(cli, tmp_path, content, message):
+    data = tmp_path / "answers.yml"
+    data.write_text(content)
+    dest = tmp_path / "pkg"
+    result = cli("new", "model", "--defaults", "--data-file", data, dest)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert not dest.exists()
+
+
+def test_missing_data_file(cli, tmp_path):
+    result = cli("new", "model", "--defaults", "--data-file", tmp_path / "nope.yml", tmp_path / "d")
+    assert result.exit_code == 2
+    assert "cannot read answers file" in result.stderr
+
+
+def test_non_empty_destination_needs_force(cli, tmp_path):
+    dest = tmp_path / "pkg"
+    dest.mkdir()
+    (dest / "notes.txt").write_text("mine")
+    result = cli("new", "model", "--defaults", dest)
+    assert result.exit_code == 2
+    assert "--force" in result.stderr
+    assert [p.name for p in dest.iterdir()] == ["notes.txt"]
+
+    result = cli("new", "model", "--defaults", "--force", dest)
+    assert result.exit_code == 0, result.output
+    assert (dest / "notes.txt").read_text() == "mine"
+    assert (dest / "src/llama_tiny/graph.py").is_file()
+
+
+def test_destination_that_is_a_file(cli, tmp_path):
+    target = tmp_path / "file"
+    target.write_text("x")
+    result = cli("new", "model", "--defaults", target)
+    assert result.exit_code == 2
+    assert "not a directory" in result.stderr
+
+
+def test_failed_render_leaves_nothing(cli, tmp_path, monkeypatch):
+    import copier
+
+    def half_write(src, dst, **kwargs):
+        (dst / "src").mkdir(parents=True)
+        (dst / "src" / "partial.py").write_text("")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(copier, "run_copy", half_write)
+    dest = tmp_path / "pkg"
+    result = cli("new", "model", "--defaults", dest)
+    assert result.exit_code != 0
+    assert not dest.exists()
+    assert list(tmp_path.iterdir()) == []
