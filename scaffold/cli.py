@@ -11,7 +11,9 @@ import typer
 import yaml
 
 from . import __version__
+from .check_cmd import check
 from .errors import UserError
+from .npu_emulate_cmd import npu_emulate
 from .questions import Question, asked_questions
 
 app = typer.Typer(
@@ -144,3 +146,5 @@ def _with_question_flags(func):
 
 
 new_app.command("model")(_with_question_flags(new_model))
+app.command("check")(check)
+app.command("npu-emulate")(npu_emulate)

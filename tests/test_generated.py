@@ -8,11 +8,13 @@ import pytest
 
 from scaffold.examples import EXAMPLES_DIR, example_answers
 
+NPU_PYTHON = os.environ.get("ASCEND_SCAFFOLD_NPU_PYTHON")
 
-def run_in(package_dir, *args, timeout=900):
+
+def run_in(package_dir, *args, python=sys.executable, timeout=900):
     env = {**os.environ, "PYTHONPATH": str(package_dir / "src")}
     return subprocess.run(
-        [sys.executable, *args],
+        [python, *args],
         cwd=package_dir,
         env=env,
         capture_output=True,
@@ -58,3 +60,28 @@ def test_runner_rejects_a_bad_config(tmp_path):
     result = run_in(EXAMPLES_DIR / "llama_tiny", "-m", "llama_tiny.runner", "--config", str(bad))
     assert result.returncode == 2
     assert "exe_mode" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not NPU_PYTHON,
+    reason="ASCEND_SCAFFOLD_NPU_PYTHON unset: no torch-npu environment "
+    "(create one with .ci/npu_emulation.sh)",
+)
+@pytest.mark.parametrize("name", sorted(example_answers()))
+def test_example_npu_emulated_tier(name):
+    """The examples' NPU code path on CPU, under the real torch_npu wheel; none may skip."""
+    result = run_in(
+        EXAMPLES_DIR / name,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-m",
+        "npu_emulated",
+        python=NPU_PYTHON,
+    )
+    tail = result.stdout[-3000:] + result.stderr[-2000:]
+    assert result.returncode == 0, tail
+    assert " passed" in result.stdout and "skipped" not in result.stdout, tail

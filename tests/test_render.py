@@ -96,3 +96,13 @@ def test_rendered_package_imports_without_torch_npu(tmp_path):
         text=True,
     )
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("overrides", [{}, {"exe_mode": "ge_graph", "qk_norm": True}])
+def test_rendered_code_passes_ascend_scaffold_check(tmp_path, overrides):
+    from scaffold.hazards import check_paths
+
+    root = render_answers(tmp_path / "p", **overrides)
+    result = check_paths([root])
+    assert not result.errors
+    assert not result.hazards, [f"{h.path}:{h.line} {h.rule} {h.message}" for h in result.hazards]
