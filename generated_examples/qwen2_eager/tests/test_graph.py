@@ -42,7 +42,8 @@ def test_host_lists_with_static_graph_recompile():
     """The hazard the FA table warns about, so the check above can fail: List[int]
     lengths under dynamic=False specialise on each step's values."""
     model = tiny_model()
-    decode = torch.compile(model.decode, backend="aot_eager", fullgraph=True, dynamic=False)
+    static = {"backend": "aot_eager", "fullgraph": True, "dynamic": False}
+    decode = torch.compile(model.decode, **static)  # graph-ok: the hazard under test
     greedy(model, decode, prompt(), steps=1, tensor_lengths=False)
     graphs = graph_count()
     greedy(model, decode, prompt(), steps=3, tensor_lengths=False)

@@ -1,5 +1,11 @@
 """Shared fixtures: a tiny random model on the portable ops, and helpers to drive it."""
 
+import os
+
+# Where torch-npu is installed without CANN, `import torch` would autoload it and fail;
+# the npu_emulated tier imports it explicitly after building stand-in libraries.
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+
 from pathlib import Path
 
 import pytest
@@ -24,6 +30,18 @@ TINY = ModelArgs(
 )
 PROMPT_LEN = 8
 BATCH = 2
+
+
+@pytest.fixture(scope="session")
+def npu_emulation():
+    """torch_npu/torchair imported on CPU with stand-in CANN libraries and CPU reference
+    kernels on the real npu:: ops (see tests/npu_emulation.py)."""
+    import npu_emulation as emulation
+
+    reason = emulation.unavailable_reason()
+    if reason:
+        pytest.skip(f"NPU emulation unavailable: {reason}")
+    return emulation
 
 
 @pytest.fixture(autouse=True)

@@ -51,9 +51,9 @@ def compile_decode(
             config.dynamic,
             config.exe_mode,
         )
-        return torch.compile(
+        return torch.compile(  # graph-ok: npu-backend (CPU stand-in, never used on an NPU)
             model.decode, backend=portable_backend, fullgraph=True, dynamic=config.dynamic
-        )  # graph-ok: npu-backend
+        )
     cache_dir = str(Path(config.output_path or "output") / "compile_cache")
     if config.exe_mode == "npugraph_ex":
         return _compile_npugraph_ex(model, config, cache_dir)
@@ -89,7 +89,10 @@ def _compile_ge(model: Transformer, config: ModelConfig, cache_dir: str) -> Call
             ge_cache=True,
         )
     backend = torchair.get_npu_backend(compiler_config=compiler_config)
-    return torch.compile(model.decode, backend=backend, fullgraph=True, dynamic=False)
+    # Static graph: ge_graph decode gets Tensor lengths (fa_interface=torchair, validated).
+    return torch.compile(  # graph-ok: fa-list-static
+        model.decode, backend=backend, fullgraph=True, dynamic=False
+    )
 
 
 def graph_count() -> int:

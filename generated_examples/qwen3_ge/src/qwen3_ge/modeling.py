@@ -40,17 +40,16 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos_cached", emb.cos(), persistent=False)
         self.register_buffer("sin_cached", emb.sin(), persistent=False)
 
-    def forward(
-        self, position_ids: torch.Tensor, is_prefill: bool
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(batch, seq_len, 1, head_dim) each: BSND with N=1, as the fused rotary op takes."""
+    def prefill(self, bsz: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompts start at position 0: slice. Shapes (batch, seq_len, 1, head_dim): BSND
+        with N=1, as the fused rotary op takes."""
+        shape = (bsz, -1, -1, -1)
+        cos, sin = self.cos_cached[:seq_len], self.sin_cached[:seq_len]
+        return cos[None, :, None].expand(shape), sin[None, :, None].expand(shape)
+
+    def decode(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gather each row's position; no host value enters the graph."""
         bsz, seq_len = position_ids.shape
-        if is_prefill:  # prompts start at position 0
-            cos, sin = self.cos_cached[:seq_len], self.sin_cached[:seq_len]
-            return (
-                cos[None, :, None].expand(bsz, -1, -1, -1),
-                sin[None, :, None].expand(bsz, -1, -1, -1),
-            )
         index = position_ids.view(-1)
         cos = torch.index_select(self.cos_cached, 0, index)
         sin = torch.index_select(self.sin_cached, 0, index)
@@ -188,7 +187,7 @@ class Transformer(nn.Module):
 
     def prefill(self, input_ids, position_ids, kv_len, actual_seq_lengths_q, actual_seq_lengths_kv):
         """Eager: prompt lengths vary, so prefill is never compiled."""
-        cos, sin = self.rotary(position_ids, is_prefill=True)
+        cos, sin = self.rotary.prefill(*input_ids.shape)
         return self(
             input_ids,
             position_ids,
@@ -202,7 +201,7 @@ class Transformer(nn.Module):
 
     def decode(self, input_ids, position_ids, kv_len, actual_seq_lengths_q, actual_seq_lengths_kv):
         """One token per row with fixed shapes: the method `graph.compile_decode` compiles."""
-        cos, sin = self.rotary(position_ids, is_prefill=False)
+        cos, sin = self.rotary.decode(position_ids)
         return self(
             input_ids,
             position_ids,
