@@ -15,6 +15,7 @@ from .check_cmd import check
 from .errors import UserError
 from .npu_emulate_cmd import npu_emulate
 from .questions import Question, asked_questions
+from .update_cmd import check_update, update
 
 app = typer.Typer(
     help="Render Ascend NPU graph-mode-ready LLM model packages.",
@@ -102,14 +103,22 @@ def new_model(
         None, "--data-file", "--answers", help="YAML file of answers (copier's data file)."
     ),
     force: bool = typer.Option(False, "--force", help="Render into a non-empty directory."),
+    from_hf_config: Optional[Path] = typer.Option(  # noqa: UP045
+        None,
+        "--from-hf-config",
+        help="Hugging Face config.json (or checkpoint dir) to take the architecture answers "
+        "from; --data-file and flags still override them.",
+    ),
     **flags: Any,
 ) -> None:
     """Interview for a dense GQA decoder and render its package."""
+    from .hf_config import answers_from_hf_config
     from .render import render
     from .spec import validate
 
     try:
-        given = _read_data_file(data_file)
+        given = answers_from_hf_config(from_hf_config) if from_hf_config else {}
+        given.update(_read_data_file(data_file))
         given.update({name: value for name, value in flags.items() if value is not None})
         spec = validate(collect_answers(given, defaults))
         target = dest or Path(spec.model_name)
@@ -148,3 +157,5 @@ def _with_question_flags(func):
 new_app.command("model")(_with_question_flags(new_model))
 app.command("check")(check)
 app.command("npu-emulate")(npu_emulate)
+app.command("update")(update)
+app.command("check-update")(check_update)

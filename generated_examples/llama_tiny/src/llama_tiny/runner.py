@@ -1,6 +1,10 @@
-"""Run warm-up, eager prefill and compiled decode on random weights; report timings.
+"""Run warm-up, eager prefill and compiled decode; report timings.
 
     python -m llama_tiny.runner --config config/llama_tiny.yaml
+
+Weights are random unless model_config.model_path names a local HF checkpoint directory
+and model_config.with_ckpt is true (as in cann-recipes-infer); --prompt needs the
+checkpoint's tokenizer (transformers or tokenizers installed), --token-ids does not.
 
 Exits 1 if decode compiled again after warm-up (a recompile on the hot path).
 """
@@ -21,6 +25,8 @@ from .configuration import ModelArgs
 from .graph import PORTABLE_BACKENDS, compile_decode, graph_break_count, graph_count
 from .metadata import decode_inputs, prefill_inputs
 from .modeling import Transformer
+from .tokenizer import prompt_ids
+from .weights import load_pretrained, model_args_from_hf
 
 
 @dataclass
@@ -72,17 +78,22 @@ def run(
     prompt_len: int,
     steps: int,
     portable_backend: str = "aot_eager",
+    prompt: torch.Tensor | None = None,
 ) -> RunReport:
     """Greedy generation: one warm-up pass (compiles decode), then a timed pass."""
     device = model.embed_tokens.weight.device
     batch = config.scheduler_config.batch_size
+    if prompt is not None:
+        prompt_len = prompt.shape[1]
     if prompt_len + steps + 1 > model.args.max_seq_len:
         raise ValueError(
             f"prompt_len ({prompt_len}) + steps ({steps}) + 1 exceeds "
             f"max_seq_len ({model.args.max_seq_len})"
         )
     tensor_lengths = config.model_config.tensor_lengths
-    prompt = torch.randint(0, model.args.vocab_size, (batch, prompt_len), device=device)
+    if prompt is None:
+        prompt = torch.randint(0, model.args.vocab_size, (batch, prompt_len), device=device)
+    prompt = prompt.to(device)
     decode = compile_decode(model, config.model_config, portable_backend)
 
     def generate(n_steps: int, timings: list[float] | None = None):
@@ -124,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="decode steps (default: max_new_tokens)")
     parser.add_argument("--prompt-len", type=int, help="default: input_truncated_len")
     parser.add_argument("--portable-backend", choices=PORTABLE_BACKENDS, default="aot_eager")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--prompt", help="text prompt (needs the checkpoint's tokenizer)")
+    source.add_argument("--token-ids", help="prompt token ids, e.g. 1,15043,29892")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
@@ -132,7 +146,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     set_task_queue_env(config.model_config)
     device = torch.device("npu" if ops.npu_available() else "cpu")
-    model = build_model(ModelArgs(), config, device)
+    model_config = config.model_config
+    try:
+        if model_config.model_path and model_config.with_ckpt:
+            model = load_pretrained(
+                model_config.model_path,
+                ops.load("npu" if device.type == "npu" else "portable"),
+                dtype=model_config.dtype,
+                device=device,
+                batch_size=config.scheduler_config.batch_size,
+            )
+        elif model_config.model_path:  # architecture from config.json, random weights
+            model = build_model(model_args_from_hf(model_config.model_path), config, device)
+        else:
+            model = build_model(ModelArgs(), config, device)
+        prompt, tokenizer = prompt_ids(
+            model_path=model_config.model_path,
+            prompt=args.prompt,
+            token_ids=args.token_ids,
+            batch_size=config.scheduler_config.batch_size,
+            vocab_size=model.args.vocab_size,
+        )
+    except (OSError, ValueError, ImportError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     mode = config.model_config.exe_mode
     if device.type == "cpu" and mode != "eager":
         mode += f" (portable {args.portable_backend} backend on CPU, not an NPU graph)"
@@ -143,8 +180,13 @@ def main(argv: list[str] | None = None) -> int:
         prompt_len=args.prompt_len or config.data_config.input_truncated_len,
         steps=args.steps or config.scheduler_config.max_new_tokens,
         portable_backend=args.portable_backend,
+        prompt=prompt,
     )
     print(report.summary())
+    generated = report.tokens[0].tolist()
+    print(f"tokens {generated}")
+    if tokenizer is not None:
+        print(f"text {tokenizer.decode(generated)!r}")
     if report.recompiles:
         print("error: decode recompiled after warm-up", file=sys.stderr)
         return 1

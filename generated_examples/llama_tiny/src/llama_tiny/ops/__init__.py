@@ -26,7 +26,11 @@ def load(backend: str) -> ModuleType:
     """Import a backend; `npu` needs torch_npu and is imported only when asked for."""
     if backend not in BACKENDS:
         raise ValueError(f"ops backend must be one of {BACKENDS}, got {backend!r}")
-    return importlib.import_module(f"{__name__}.{backend}")
+    module = importlib.import_module(f"{__name__}.{backend}")
+    from ..extensions import register_custom_ops
+
+    register_custom_ops(module, backend)
+    return module
 
 
 def npu_available() -> bool:
