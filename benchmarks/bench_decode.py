@@ -22,13 +22,10 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from scaffold.cli import collect_answers  # noqa: E402
-from scaffold.hf_config import answers_from_hf_config  # noqa: E402
-from scaffold.render import render  # noqa: E402
-from scaffold.spec import validate  # noqa: E402
+from scaffold.cli import collect_answers
+from scaffold.hf_config import answers_from_hf_config
+from scaffold.render import render
+from scaffold.spec import validate
 
 NAME = "bench_llama"
 CONFIG = dict(
