@@ -81,7 +81,13 @@ def collect_answers(given: dict[str, Any], defaults: bool) -> dict[str, Any]:
     (rendered) default when --defaults, else an interactive prompt."""
     answers: dict[str, Any] = {}
     for question in asked_questions():
-        if question.name in given:
+        if not question.applies(answers):
+            if question.name in given:
+                raise UserError(
+                    f"{question.name} does not apply to these answers ({question.when})"
+                )
+            answers[question.name] = question.default_for(answers)  # unused by the template
+        elif question.name in given:
             answers[question.name] = question.coerce(given[question.name])
         elif defaults:
             answers[question.name] = question.default_for(answers)

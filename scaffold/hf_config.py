@@ -58,24 +58,31 @@ def _int(cfg: dict[str, Any], key: str, where: str) -> int:
     return value
 
 
-def _rope_theta(cfg: dict[str, Any], where: str) -> float:
-    """rope_theta from transformers 5 `rope_parameters` or 4.x `rope_theta`/`rope_scaling`."""
+_SCALING_KEYS = {
+    "linear": {"factor": "rope_scaling_factor"},
+    "llama3": {
+        "factor": "rope_scaling_factor",
+        "low_freq_factor": "rope_low_freq_factor",
+        "high_freq_factor": "rope_high_freq_factor",
+        "original_max_position_embeddings": "rope_original_max_position_embeddings",
+    },
+}
+
+
+def _rope(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """rope_theta and RoPE scaling answers from transformers 5 `rope_parameters` or 4.x
+    `rope_theta`/`rope_scaling`."""
     params = cfg.get("rope_parameters")
     scaling = cfg.get("rope_scaling")
     if isinstance(params, dict) and "full_attention" in params:  # per-layer-type form
         params = params["full_attention"]
     theta = cfg.get("rope_theta")
+    answers: dict[str, Any] = {"rope_scaling": "none"}
     for field, spec in (("rope_parameters", params), ("rope_scaling", scaling)):
         if spec is None:
             continue
         if not isinstance(spec, dict):
             raise UserError(f"{where}: {field} must be an object or null, got {spec!r}")
-        kind = spec.get("rope_type", spec.get("type", "default"))
-        if kind != "default":
-            raise UserError(
-                f"{where}: {field} rope_type {kind!r} is not supported (the template has plain "
-                "RoPE only; llama3/linear/yarn/dynamic scaling are not implemented)"
-            )
         if spec.get("partial_rotary_factor", 1.0) != 1.0:
             raise UserError(f"{where}: partial_rotary_factor != 1.0 is not supported")
         if "rope_theta" in spec:
@@ -85,12 +92,25 @@ def _rope_theta(cfg: dict[str, Any], where: str) -> float:
                     f"({spec['rope_theta']})"
                 )
             theta = spec["rope_theta"]
+        kind = spec.get("rope_type", spec.get("type", "default"))
+        if kind == "default":
+            continue
+        if kind not in _SCALING_KEYS:
+            raise UserError(
+                f"{where}: {field} rope_type {kind!r} is not supported "
+                f"(supported: default, {', '.join(_SCALING_KEYS)})"
+            )
+        missing = [key for key in _SCALING_KEYS[kind] if spec.get(key) is None]
+        if missing:
+            raise UserError(f"{where}: {field} ({kind}) has no {', '.join(missing)}")
+        answers["rope_scaling"] = kind
+        answers.update({name: spec[key] for key, name in _SCALING_KEYS[kind].items()})
     if cfg.get("partial_rotary_factor", 1.0) != 1.0:
         raise UserError(f"{where}: partial_rotary_factor != 1.0 is not supported")
     theta = 10000.0 if theta is None else theta
     if isinstance(theta, bool) or not isinstance(theta, int | float) or theta <= 0:
         raise UserError(f"{where}: rope_theta must be a positive number, got {theta!r}")
-    return float(theta)
+    return {"rope_theta": float(theta), **answers}
 
 
 def _reject_sliding_window(cfg: dict[str, Any], model_type: str, layers: int, where: str) -> None:
@@ -187,7 +207,7 @@ def answers_from_hf_config(path: Path) -> dict[str, Any]:
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
         "intermediate_size": inter,
-        "rope_theta": _rope_theta(cfg, where),
+        **_rope(cfg, where),
         "rms_norm_eps": float(eps),
         "tie_word_embeddings": tie,
         "qk_norm": model_type == "qwen3",

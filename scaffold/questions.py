@@ -25,17 +25,27 @@ class Question:
     help: str
     default: Any
     choices: tuple[str, ...] = ()
-    asked: bool = True  # False for values computed from other answers (`when: false`)
+    when: bool | str = True  # copier's `when`: a bool or a Jinja condition on earlier answers
+
+    @property
+    def asked(self) -> bool:
+        """False for values computed from other answers (`when: false`)."""
+        return self.when is not False
 
     @property
     def py_type(self) -> type:
         return _TYPES[self.type]
 
+    def applies(self, answers: dict[str, Any]) -> bool:
+        """Whether copier would ask this question, given the earlier answers."""
+        if isinstance(self.when, bool):
+            return self.when
+        return _render(self.when, answers).strip().lower() in _TRUE
+
     def default_for(self, answers: dict[str, Any]) -> Any:
         """The default, rendered against earlier answers when it is a Jinja expression."""
         if isinstance(self.default, str) and "{{" in self.default:
-            text = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(self.default)
-            return self.coerce(text.render(**answers))
+            return self.coerce(_render(self.default, answers))
         return self.coerce(self.default)
 
     def coerce(self, value: Any) -> Any:
@@ -58,6 +68,11 @@ class Question:
         return result
 
 
+def _render(template: str, answers: dict[str, Any]) -> str:
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    return environment.from_string(template).render(**answers)
+
+
 @cache
 def load_questions(root: Path | None = None) -> tuple[Question, ...]:
     """Questions of copier.yml in file order (settings starting with `_` skipped)."""
@@ -73,7 +88,7 @@ def load_questions(root: Path | None = None) -> tuple[Question, ...]:
                 help=spec.get("help", name),
                 default=spec.get("default"),
                 choices=tuple(spec.get("choices", ())),
-                asked=spec.get("when", True) is not False,
+                when=spec.get("when", True),
             )
         )
     return tuple(questions)

@@ -11,6 +11,7 @@ from .questions import asked_questions
 
 EXE_MODES = ("eager", "npugraph_ex", "ge_graph")
 FA_INTERFACES = ("torch_npu", "torchair")
+ROPE_SCALINGS = ("none", "linear", "llama3")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -25,6 +26,11 @@ class ModelSpec:
     head_dim: int
     intermediate_size: int
     rope_theta: float
+    rope_scaling: str
+    rope_scaling_factor: float
+    rope_low_freq_factor: float
+    rope_high_freq_factor: float
+    rope_original_max_position_embeddings: int
     rms_norm_eps: float
     tie_word_embeddings: bool
     qk_norm: bool
@@ -51,6 +57,26 @@ def _positive(answers: dict[str, Any], *names: str) -> None:
     for name in names:
         if answers[name] < 1:
             raise UserError(f"{name} must be >= 1, got {answers[name]}")
+
+
+def _check_rope_scaling(answers: dict[str, Any]) -> None:
+    kind = answers["rope_scaling"]
+    if kind not in ROPE_SCALINGS:
+        raise UserError(f"rope_scaling must be one of {', '.join(ROPE_SCALINGS)}, got {kind!r}")
+    if kind == "none":
+        return
+    if answers["rope_scaling_factor"] <= 0:
+        raise UserError(f"rope_scaling_factor must be > 0, got {answers['rope_scaling_factor']}")
+    if kind != "llama3":
+        return
+    low, high = answers["rope_low_freq_factor"], answers["rope_high_freq_factor"]
+    if low <= 0:
+        raise UserError(f"rope_low_freq_factor must be > 0, got {low}")
+    if high <= low:
+        raise UserError(f"rope_high_freq_factor ({high}) must be > rope_low_freq_factor ({low})")
+    original = answers["rope_original_max_position_embeddings"]
+    if original < 1:
+        raise UserError(f"rope_original_max_position_embeddings must be >= 1, got {original}")
 
 
 def validate(answers: dict[str, Any]) -> ModelSpec:
@@ -82,6 +108,7 @@ def validate(answers: dict[str, Any]) -> ModelSpec:
     for name in ("rope_theta", "rms_norm_eps"):
         if answers[name] <= 0:
             raise UserError(f"{name} must be > 0, got {answers[name]}")
+    _check_rope_scaling(answers)
     if answers["max_seq_len"] < 2:
         raise UserError(f"max_seq_len must be >= 2, got {answers['max_seq_len']}")
 

@@ -161,7 +161,7 @@ def check_update(dest: Path, prereleases: bool = False) -> UpdateCheck:
         current_v, latest_v = _version_of(package.commit), _version_of(tag)
         available = current_v is None or latest_v > current_v
         latest = tag
-    new = tuple(q.name for q in new_questions(package, latest)) if available else ()
+    new = tuple(q.name for q in asked_on_update(package, latest)) if available else ()
     return UpdateCheck(package.commit, latest, available, new)
 
 
@@ -235,6 +235,18 @@ def new_questions(package: Package, ref: str) -> list[NewQuestion]:
         )
         found.append(NewQuestion(question, when))
     return found
+
+
+def asked_on_update(package: Package, ref: str) -> list[NewQuestion]:
+    """The new questions that apply when earlier new ones take their defaults (a question
+    whose `when` is false for these answers is not asked, as copier would not ask it)."""
+    known = dict(package.answers)
+    asked = []
+    for new in new_questions(package, ref):
+        if new.applies(known):
+            asked.append(new)
+            known[new.name] = new.default_for(known)
+    return asked
 
 
 # --- trust ------------------------------------------------------------------------------------

@@ -48,8 +48,14 @@ def test_dest_defaults_to_model_name(cli, tmp_path, monkeypatch):
 
 def test_prompts_fed_by_input(cli, tmp_path):
     """Every question is asked in copier.yml order; empty lines accept defaults, a bad
-    value is asked again."""
-    replies = {"model_name": "qwen_try", "vocab_size": "abc\n4096", "exe_mode": "ge_graph"}
+    value is asked again; llama3 RoPE scaling brings its own questions."""
+    replies = {
+        "model_name": "qwen_try",
+        "vocab_size": "abc\n4096",
+        "rope_scaling": "llama3",
+        "rope_scaling_factor": "32",
+        "exe_mode": "ge_graph",
+    }
     lines = [replies.get(q.name, "") for q in asked_questions()]
     dest = tmp_path / "pkg"
     result = cli("new", "model", dest, input="\n".join(lines) + "\n")
@@ -60,6 +66,33 @@ def test_prompts_fed_by_input(cli, tmp_path):
     assert answers["vocab_size"] == 4096
     assert answers["exe_mode"] == "ge_graph"
     assert answers["fa_interface"] == "torchair"  # its default follows exe_mode
+    assert (answers["rope_scaling"], answers["rope_scaling_factor"]) == ("llama3", 32.0)
+    assert answers["rope_original_max_position_embeddings"] == 8192
+
+
+def test_questions_that_do_not_apply_are_not_asked(cli, tmp_path):
+    asked = [
+        q
+        for q in asked_questions()
+        if not q.name.startswith("rope_")
+        or q.name
+        in (
+            "rope_theta",
+            "rope_scaling",
+        )
+    ]
+    dest = tmp_path / "pkg"
+    result = cli("new", "model", dest, input="\n" * len(asked))
+    assert result.exit_code == 0, result.output
+    assert "scaling factor" not in result.output
+    assert "rope_scaling_factor" not in answers_of(dest)
+
+
+def test_answer_to_a_question_that_does_not_apply(cli, tmp_path):
+    result = cli("new", "model", "--defaults", "--rope-scaling-factor", "4", tmp_path / "p")
+    assert result.exit_code == 2
+    assert "rope_scaling_factor does not apply" in result.stderr
+    assert not (tmp_path / "p").exists()
 
 
 def test_head_dim_default_follows_hidden_size(cli, tmp_path):
@@ -114,6 +147,12 @@ BAD_ANSWERS = [
     (["--batch-size", "0"], "batch_size must be >= 1"),
     (["--rope-theta", "-1"], "rope_theta must be > 0"),
     (["--max-seq-len", "1"], "max_seq_len must be >= 2"),
+    (["--rope-scaling", "yarn"], "rope_scaling must be one of"),
+    (["--rope-scaling", "linear", "--rope-scaling-factor", "0"], "rope_scaling_factor must be > 0"),
+    (
+        ["--rope-scaling", "llama3", "--rope-low-freq-factor", "4", "--rope-high-freq-factor", "2"],
+        "must be > rope_low_freq_factor",
+    ),
 ]
 
 

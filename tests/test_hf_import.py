@@ -50,6 +50,7 @@ def test_llama_transformers4_style(tmp_path):
         **{k: v for k, v in BASE.items() if k in answers},
         "head_dim": 64,
         "rope_theta": 500000.0,
+        "rope_scaling": "none",
         "rms_norm_eps": 1e-5,
         "tie_word_embeddings": True,
         "qk_norm": False,
@@ -108,6 +109,28 @@ def test_mistral_without_sliding_window_and_defaults(tmp_path):
     assert "model_name" not in answers  # `7b` is no package name: the default/flag decides
 
 
+def test_llama3_rope_scaling_fills_its_answers(tmp_path):
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 32.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_theta": 500000.0,
+    }
+    path = write_config(tmp_path / "l31", model_type="llama", rope_parameters=scaling)
+    answers = answers_from_hf_config(path)
+    assert {k: v for k, v in answers.items() if k.startswith("rope_")} == {
+        "rope_theta": 500000.0,
+        "rope_scaling": "llama3",
+        "rope_scaling_factor": 32.0,
+        "rope_low_freq_factor": 1.0,
+        "rope_high_freq_factor": 4.0,
+        "rope_original_max_position_embeddings": 8192,
+    }
+    validate(collect_answers(answers, defaults=True))
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
@@ -119,7 +142,7 @@ def test_mistral_without_sliding_window_and_defaults(tmp_path):
         ({"model_type": "llama", "head_dim": 33}, "head_dim must be even"),
         (
             {"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
-            "rope_scaling rope_type 'llama3' is not supported",
+            "rope_scaling (llama3) has no low_freq_factor, high_freq_factor",
         ),
         (
             {"model_type": "qwen3", "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6}},
@@ -192,19 +215,33 @@ def test_cli_flag_fills_answers_and_flags_override(cli, tmp_path):
     assert not (tmp_path / "nothing").exists()
 
 
-# One rendered package per model_type, each in a different decode mode, running its own
-# transformers parity tests (prefill + 8 greedy decode steps, eager and compiled, fp32).
+# One rendered package per model_type (two more with RoPE scaling), each in a different
+# decode mode, running its own transformers parity tests (prefill + 8 greedy decode steps,
+# eager and compiled, fp32).
 PARITY = {"llama": "npugraph_ex", "mistral": "npugraph_ex", "qwen2": "eager", "qwen3": "ge_graph"}
+ROPE_SCALING = {
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 1024,
+    },
+    "linear": {"rope_type": "linear", "factor": 2.0},
+}
+CASES = [(t, "none") for t in SUPPORTED_MODEL_TYPES] + [("llama", "llama3"), ("qwen2", "linear")]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
-def test_rendered_package_matches_transformers(tmp_path, model_type):
+@pytest.mark.parametrize(("model_type", "rope_scaling"), CASES)
+def test_rendered_package_matches_transformers(tmp_path, model_type, rope_scaling):
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("safetensors")
     name = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Config"}
     config_cls = getattr(transformers, name.get(model_type, "MistralConfig"))
     extra = {"sliding_window": None} if model_type == "mistral" else {}
+    if rope_scaling != "none":
+        extra["rope_scaling"] = ROPE_SCALING[rope_scaling]
     ckpt = tmp_path / f"hf_{model_type}"
     config_cls(
         vocab_size=512,
@@ -217,6 +254,7 @@ def test_rendered_package_matches_transformers(tmp_path, model_type):
     ).save_pretrained(ckpt)
     given = answers_from_hf_config(ckpt)
     assert given["model_name"] == f"hf_{model_type}"
+    assert given["rope_scaling"] == rope_scaling
     given["exe_mode"] = PARITY[model_type]  # as a flag would, after the config's answers
     dest = tmp_path / "pkg"
     render(validate(collect_answers(given, defaults=True)), dest)

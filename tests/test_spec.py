@@ -29,6 +29,16 @@ RULES = [
     ),
     ({"head_dim": 64}, {"head_dim": 63}, "head_dim must be an even number"),
     ({"model_name": "ok_name2"}, {"model_name": "2bad"}, "model_name must match"),
+    (
+        {"rope_scaling": "llama3", "rope_low_freq_factor": 1.0, "rope_high_freq_factor": 4.0},
+        {"rope_scaling": "llama3", "rope_low_freq_factor": 4.0, "rope_high_freq_factor": 4.0},
+        "must be > rope_low_freq_factor",
+    ),
+    (
+        {"rope_scaling": "linear", "rope_scaling_factor": 2.0},
+        {"rope_scaling": "linear", "rope_scaling_factor": -2.0},
+        "rope_scaling_factor must be > 0",
+    ),
 ]
 
 
@@ -48,7 +58,12 @@ def test_copier_validators_agree(tmp_path, invalid, valid, message):
     data = answers(**invalid)
     with pytest.raises(ValueError, match=message):
         copier.run_copy(
-            str(template_root()), tmp_path / "out", data=data, defaults=True, quiet=True
+            str(template_root()),
+            tmp_path / "out",
+            data=data,
+            defaults=True,
+            quiet=True,
+            vcs_ref="HEAD",  # this checkout, not the newest release tag
         )
 
 

@@ -15,7 +15,7 @@ from conftest import CONFIG_PATH, compile_config, greedy
 from llama_tiny import ops
 from llama_tiny.config import load_config
 from llama_tiny.graph import compile_decode
-from llama_tiny.weights import MODEL_TYPES, load_checkpoint, load_pretrained
+from llama_tiny.weights import MODEL_TYPES, ROPE_SCALING, load_checkpoint, load_pretrained
 
 pytestmark = pytest.mark.skipif(
     find_spec("transformers") is None or find_spec("safetensors") is None,
@@ -43,6 +43,21 @@ CONFIGS = {
     "qwen2": ("Qwen2Config", dict(rope_theta=1000000.0, tie_word_embeddings=True)),
     "qwen3": ("Qwen3Config", dict(head_dim=32, rope_theta=1000000.0, tie_word_embeddings=True)),
 }
+# The RoPE scaling this package was rendered with; llama3's bands are sized so that the
+# tiny head_dim has a kept, a blended and a scaled frequency.
+ROPE_SCALING_FIELDS = {
+    "none": {},
+    "linear": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+    "llama3": {
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 48,
+        }
+    },
+}[ROPE_SCALING]
 TYPES = [t for t in CONFIGS if t in MODEL_TYPES] or [
     pytest.param("none", marks=pytest.mark.skip(reason="no HF model_type fits this package"))
 ]
@@ -52,7 +67,7 @@ def hf_model(model_type: str):
     import transformers
 
     name, extra = CONFIGS[model_type]
-    config = getattr(transformers, name)(**TINY, **extra)
+    config = getattr(transformers, name)(**TINY, **extra, **ROPE_SCALING_FIELDS)
     torch.manual_seed(0)
     return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
 

@@ -25,6 +25,7 @@ from .modeling import Transformer
 # Architecture baked into modeling.py when this package was rendered.
 QK_NORM = False
 ATTENTION_BIAS = False
+ROPE_SCALING = "none"
 if QK_NORM and not ATTENTION_BIAS:
     MODEL_TYPES: tuple[str, ...] = ("qwen3",)
 elif ATTENTION_BIAS and not QK_NORM:
@@ -48,19 +49,37 @@ def read_hf_config(path: str | Path) -> dict:
     return json.loads(file.read_text())
 
 
-def _rope_theta(cfg: dict, where: Path) -> float:
-    theta = cfg.get("rope_theta")
+def _rope(cfg: dict, where: Path) -> dict:
+    """rope_theta and the scaling fields of ModelArgs; the scaling kind must be ROPE_SCALING."""
+    theta, scaling = cfg.get("rope_theta"), {}
     for field in ("rope_parameters", "rope_scaling"):
         spec = cfg.get(field)
         if isinstance(spec, dict) and "full_attention" in spec:
             spec = spec["full_attention"]
         if spec is None:
             continue
-        kind = spec.get("rope_type", spec.get("type", "default"))
-        if kind != "default" or spec.get("partial_rotary_factor", 1.0) != 1.0:
-            raise ValueError(f"{where}: {field} {spec} is not supported (plain RoPE only)")
+        if spec.get("partial_rotary_factor", 1.0) != 1.0:
+            raise ValueError(f"{where}: partial_rotary_factor != 1.0 is not supported")
         theta = spec.get("rope_theta", theta)
-    return float(10000.0 if theta is None else theta)
+        kind = spec.get("rope_type", spec.get("type", "default"))
+        if kind != "default":
+            scaling = {**spec, "rope_type": kind}
+    kind = scaling.get("rope_type", "none")
+    if kind != ROPE_SCALING:
+        raise ValueError(
+            f"{where}: RoPE scaling {kind!r} does not match this package's rope_scaling="
+            f"{ROPE_SCALING!r}"
+        )
+    fields = {"rope_theta": float(10000.0 if theta is None else theta)}
+    if kind != "none":
+        fields["rope_scaling_factor"] = float(scaling["factor"])
+    if kind == "llama3":
+        fields["rope_low_freq_factor"] = float(scaling["low_freq_factor"])
+        fields["rope_high_freq_factor"] = float(scaling["high_freq_factor"])
+        fields["rope_original_max_position_embeddings"] = int(
+            scaling["original_max_position_embeddings"]
+        )
+    return fields
 
 
 def model_args_from_hf(path: str | Path, max_seq_len: int | None = None) -> ModelArgs:
@@ -101,7 +120,7 @@ def model_args_from_hf(path: str | Path, max_seq_len: int | None = None) -> Mode
             head_dim=cfg.get("head_dim")
             or _DEFAULT_HEAD_DIM.get(model_type, cfg["hidden_size"] // heads),
             intermediate_size=cfg["intermediate_size"],
-            rope_theta=_rope_theta(cfg, where),
+            **_rope(cfg, where),
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
             max_seq_len=max_seq_len or min(default_len, max_pos),
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
