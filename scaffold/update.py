@@ -171,20 +171,16 @@ def check_update(dest: Path, prereleases: bool = False) -> UpdateCheck:
 @dataclass(frozen=True)
 class NewQuestion:
     question: Question
-    when: Any = True  # bool, or a Jinja expression over the answers
 
     @property
     def name(self) -> str:
         return self.question.name
 
     def applies(self, answers: dict[str, Any]) -> bool:
-        if isinstance(self.when, str):
-            try:
-                text = _render(self.when, answers)
-            except jinja2.TemplateError:
-                return True  # let copier decide
-            return text.strip().lower() not in {"", "false", "0", "no", "n", "off", "none"}
-        return bool(self.when)
+        try:
+            return self.question.applies(answers)
+        except jinja2.TemplateError:
+            return True  # depends on something the answers lack: let copier decide
 
     def default_for(self, answers: dict[str, Any]) -> Any:
         """Rendered default, or None when it needs more than the answers to render."""
@@ -192,11 +188,6 @@ class NewQuestion:
             return self.question.default_for(answers)
         except (jinja2.TemplateError, UserError):
             return None
-
-
-def _render(text: str, answers: dict[str, Any]) -> str:
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    return env.from_string(text).render(**answers)
 
 
 def template_file(src: str, ref: str, path: str) -> str:
@@ -232,8 +223,9 @@ def new_questions(package: Package, ref: str) -> list[NewQuestion]:
             help=str(spec.get("help", name)),
             default=spec.get("default"),
             choices=tuple(str(c) for c in spec.get("choices", ()) if not isinstance(c, dict)),
+            when=when,
         )
-        found.append(NewQuestion(question, when))
+        found.append(NewQuestion(question))
     return found
 
 
