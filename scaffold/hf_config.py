@@ -1,15 +1,17 @@
 """Interview answers from a Hugging Face `config.json` (`new model --from-hf-config PATH`).
 
 Only what the template can express exactly is accepted: llama, qwen2, qwen3 and mistral
-dense decoders with SwiGLU, plain RoPE and full causal attention. Anything else (another
-model_type, RoPE scaling, a sliding window, biases the template has no place for) is a
-UserError naming the field, before anything is written.
+dense decoders with SwiGLU, RoPE (plain, linear, llama3 or yarn) and full causal
+attention. Anything else (another model_type, dynamic/longrope RoPE, a sliding window,
+biases the template has no place for) is a UserError naming the field, before anything
+is written.
 """
 
 from __future__ import annotations
 
 import json
 import keyword
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -64,9 +66,54 @@ _SCALING_KEYS = {
         "factor": "rope_scaling_factor",
         "low_freq_factor": "rope_low_freq_factor",
         "high_freq_factor": "rope_high_freq_factor",
-        "original_max_position_embeddings": "rope_original_max_position_embeddings",
     },
+    "yarn": {},
 }
+# Scaling kinds a precomputed cos/sin table cannot express, and why.
+_UNSUPPORTED_SCALING = {
+    "dynamic": "dynamic NTK rescales RoPE with the running sequence length, which a cos/sin "
+    "table precomputed once for the graph cannot follow",
+    "longrope": "LongRoPE switches frequency sets at runtime by sequence length",
+}
+
+
+def _original_context(cfg: dict[str, Any], spec: dict[str, Any]) -> Any:
+    """Pre-training context of llama3/yarn scaling, found where transformers looks: the
+    top-level key first, then the scaling dict, then max_position_embeddings."""
+    for value in (cfg.get("original_max_position_embeddings"),
+                  spec.get("original_max_position_embeddings")):  # fmt: skip
+        if value is not None:
+            return value
+    return cfg["max_position_embeddings"]
+
+
+def _yarn_mscale(factor: float, mscale: float) -> float:
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def _yarn(cfg: dict[str, Any], spec: dict[str, Any], original: int, where: str) -> dict[str, Any]:
+    """YaRN answers with transformers' defaults: factor from the context ratio when absent,
+    attention_factor from mscale/mscale_all_dim when both are given (0: derived from the
+    factor), beta_fast 32, beta_slow 1, truncate true."""
+    keys = ("factor", "attention_factor", "mscale", "mscale_all_dim", "beta_fast", "beta_slow")
+    for key in keys:
+        value = spec.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise UserError(f"{where}: yarn {key} must be a number, got {value!r}")
+    factor = spec.get("factor")
+    if factor is None:
+        factor = cfg["max_position_embeddings"] / original
+    attention = spec.get("attention_factor")
+    mscale, mscale_all_dim = spec.get("mscale"), spec.get("mscale_all_dim")
+    if attention is None and mscale and mscale_all_dim:
+        attention = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
+    return {
+        "rope_scaling_factor": float(factor),
+        "rope_beta_fast": float(spec.get("beta_fast") or 32.0),
+        "rope_beta_slow": float(spec.get("beta_slow") or 1.0),
+        "rope_attention_factor": float(attention or 0.0),
+        "rope_truncate": bool(spec.get("truncate", True)),
+    }
 
 
 def _rope(cfg: dict[str, Any], where: str) -> dict[str, Any]:
@@ -96,8 +143,9 @@ def _rope(cfg: dict[str, Any], where: str) -> dict[str, Any]:
         if kind == "default":
             continue
         if kind not in _SCALING_KEYS:
+            why = f": {_UNSUPPORTED_SCALING[kind]}" if kind in _UNSUPPORTED_SCALING else ""
             raise UserError(
-                f"{where}: {field} rope_type {kind!r} is not supported "
+                f"{where}: {field} rope_type {kind!r} is not supported{why} "
                 f"(supported: default, {', '.join(_SCALING_KEYS)})"
             )
         missing = [key for key in _SCALING_KEYS[kind] if spec.get(key) is None]
@@ -105,6 +153,16 @@ def _rope(cfg: dict[str, Any], where: str) -> dict[str, Any]:
             raise UserError(f"{where}: {field} ({kind}) has no {', '.join(missing)}")
         answers["rope_scaling"] = kind
         answers.update({name: spec[key] for key, name in _SCALING_KEYS[kind].items()})
+        if kind in ("llama3", "yarn"):
+            original = _original_context(cfg, spec)
+            if isinstance(original, bool) or not isinstance(original, int) or original < 1:
+                raise UserError(
+                    f"{where}: original_max_position_embeddings must be a positive integer, "
+                    f"got {original!r}"
+                )
+            answers["rope_original_max_position_embeddings"] = original
+            if kind == "yarn":
+                answers.update(_yarn(cfg, spec, original, where))
     if cfg.get("partial_rotary_factor", 1.0) != 1.0:
         raise UserError(f"{where}: partial_rotary_factor != 1.0 is not supported")
     theta = 10000.0 if theta is None else theta

@@ -11,7 +11,7 @@ from .questions import asked_questions
 
 EXE_MODES = ("eager", "npugraph_ex", "ge_graph")
 FA_INTERFACES = ("torch_npu", "torchair")
-ROPE_SCALINGS = ("none", "linear", "llama3")
+ROPE_SCALINGS = ("none", "linear", "llama3", "yarn")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -31,6 +31,10 @@ class ModelSpec:
     rope_low_freq_factor: float
     rope_high_freq_factor: float
     rope_original_max_position_embeddings: int
+    rope_beta_fast: float
+    rope_beta_slow: float
+    rope_attention_factor: float
+    rope_truncate: bool
     rms_norm_eps: float
     tie_word_embeddings: bool
     qk_norm: bool
@@ -65,18 +69,38 @@ def _check_rope_scaling(answers: dict[str, Any]) -> None:
         raise UserError(f"rope_scaling must be one of {', '.join(ROPE_SCALINGS)}, got {kind!r}")
     if kind == "none":
         return
-    if answers["rope_scaling_factor"] <= 0:
-        raise UserError(f"rope_scaling_factor must be > 0, got {answers['rope_scaling_factor']}")
-    if kind != "llama3":
-        return
-    low, high = answers["rope_low_freq_factor"], answers["rope_high_freq_factor"]
-    if low <= 0:
-        raise UserError(f"rope_low_freq_factor must be > 0, got {low}")
-    if high <= low:
-        raise UserError(f"rope_high_freq_factor ({high}) must be > rope_low_freq_factor ({low})")
-    original = answers["rope_original_max_position_embeddings"]
-    if original < 1:
-        raise UserError(f"rope_original_max_position_embeddings must be >= 1, got {original}")
+    factor = answers["rope_scaling_factor"]
+    if factor <= 0:
+        raise UserError(f"rope_scaling_factor must be > 0, got {factor}")
+    if kind == "yarn" and factor < 1:
+        raise UserError(
+            f"yarn rope_scaling_factor must be >= 1 (YaRN extends the context), got {factor}"
+        )
+    if kind == "llama3":
+        low, high = answers["rope_low_freq_factor"], answers["rope_high_freq_factor"]
+        if low <= 0:
+            raise UserError(f"rope_low_freq_factor must be > 0, got {low}")
+        if high <= low:
+            raise UserError(
+                f"rope_high_freq_factor ({high}) must be > rope_low_freq_factor ({low})"
+            )
+    if kind in ("llama3", "yarn"):
+        original = answers["rope_original_max_position_embeddings"]
+        if original < 1:
+            raise UserError(f"rope_original_max_position_embeddings must be >= 1, got {original}")
+    if kind == "yarn":
+        fast, slow = answers["rope_beta_fast"], answers["rope_beta_slow"]
+        if fast <= 0:
+            raise UserError(f"rope_beta_fast must be > 0, got {fast}")
+        if slow <= 0:
+            raise UserError(f"rope_beta_slow must be > 0, got {slow}")
+        if slow > fast:
+            raise UserError(f"rope_beta_slow ({slow}) must be <= rope_beta_fast ({fast})")
+        if answers["rope_attention_factor"] < 0:
+            raise UserError(
+                "rope_attention_factor must be >= 0 (0: derived), "
+                f"got {answers['rope_attention_factor']}"
+            )
 
 
 def validate(answers: dict[str, Any]) -> ModelSpec:

@@ -56,7 +56,8 @@ def test_prompts_fed_by_input(cli, tmp_path):
         "rope_scaling_factor": "32",
         "exe_mode": "ge_graph",
     }
-    lines = [replies.get(q.name, "") for q in asked_questions()]
+    asked = [q for q in asked_questions() if q.applies({"rope_scaling": "llama3"})]
+    lines = [replies.get(q.name, "") for q in asked]
     dest = tmp_path / "pkg"
     result = cli("new", "model", dest, input="\n".join(lines) + "\n")
     assert result.exit_code == 0, result.output
@@ -71,21 +72,31 @@ def test_prompts_fed_by_input(cli, tmp_path):
 
 
 def test_questions_that_do_not_apply_are_not_asked(cli, tmp_path):
-    asked = [
-        q
-        for q in asked_questions()
-        if not q.name.startswith("rope_")
-        or q.name
-        in (
-            "rope_theta",
-            "rope_scaling",
-        )
-    ]
+    asked = [q for q in asked_questions() if q.applies({"rope_scaling": "none"})]
+    assert "rope_beta_fast" not in {q.name for q in asked}
     dest = tmp_path / "pkg"
     result = cli("new", "model", dest, input="\n" * len(asked))
     assert result.exit_code == 0, result.output
-    assert "scaling factor" not in result.output
+    assert "scaling factor" not in result.output and "beta_fast" not in result.output
     assert "rope_scaling_factor" not in answers_of(dest)
+
+
+def test_yarn_asks_its_own_questions(cli, tmp_path):
+    replies = {"rope_scaling": "yarn", "rope_scaling_factor": "4", "rope_beta_fast": "16"}
+    asked = [q for q in asked_questions() if q.applies({"rope_scaling": "yarn"})]
+    names = {q.name for q in asked}
+    assert {"rope_beta_slow", "rope_attention_factor", "rope_truncate"} <= names
+    assert "rope_low_freq_factor" not in names
+    dest = tmp_path / "pkg"
+    result = cli(
+        "new", "model", dest, input="\n".join(replies.get(q.name, "") for q in asked) + "\n"
+    )
+    assert result.exit_code == 0, result.output
+    answers = answers_of(dest)
+    assert (answers["rope_scaling_factor"], answers["rope_beta_fast"]) == (4.0, 16.0)
+    assert "rope_low_freq_factor" not in answers
+    text = (dest / "src/llama_tiny/configuration.py").read_text()
+    assert "rope_beta_fast: float = 16.0" in text and "rope_truncate: bool = True" in text
 
 
 def test_answer_to_a_question_that_does_not_apply(cli, tmp_path):
@@ -147,7 +158,12 @@ BAD_ANSWERS = [
     (["--batch-size", "0"], "batch_size must be >= 1"),
     (["--rope-theta", "-1"], "rope_theta must be > 0"),
     (["--max-seq-len", "1"], "max_seq_len must be >= 2"),
-    (["--rope-scaling", "yarn"], "rope_scaling must be one of"),
+    (["--rope-scaling", "dynamic"], "rope_scaling must be one of"),
+    (["--rope-scaling", "yarn", "--rope-scaling-factor", "0.5"], "yarn rope_scaling_factor must"),
+    (
+        ["--rope-scaling", "yarn", "--rope-beta-fast", "1", "--rope-beta-slow", "2"],
+        "must be <= rope_beta_fast",
+    ),
     (["--rope-scaling", "linear", "--rope-scaling-factor", "0"], "rope_scaling_factor must be > 0"),
     (
         ["--rope-scaling", "llama3", "--rope-low-freq-factor", "4", "--rope-high-freq-factor", "2"],

@@ -3,6 +3,7 @@ package with transformers for every supported model_type."""
 
 import inspect
 import json
+import math
 import os
 import subprocess
 import sys
@@ -131,6 +132,58 @@ def test_llama3_rope_scaling_fills_its_answers(tmp_path):
     validate(collect_answers(answers, defaults=True))
 
 
+def rope_answers(answers):
+    return {k: v for k, v in answers.items() if k.startswith("rope_")}
+
+
+def test_qwen3_yarn_fills_its_answers_with_transformers_defaults(tmp_path):
+    """Qwen3's documented long-context block: factor 4 over a 32k pre-training context."""
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    path = write_config(tmp_path / "q", model_type="qwen3", rope_theta=1e6, rope_scaling=scaling)
+    answers = answers_from_hf_config(path)
+    assert rope_answers(answers) == {
+        "rope_theta": 1e6,
+        "rope_scaling": "yarn",
+        "rope_scaling_factor": 4.0,
+        "rope_original_max_position_embeddings": 32768,
+        "rope_beta_fast": 32.0,
+        "rope_beta_slow": 1.0,
+        "rope_attention_factor": 0.0,  # derived in the package: 0.1 * ln(4) + 1
+        "rope_truncate": True,
+    }
+    validate(collect_answers(answers, defaults=True))
+
+
+def test_yarn_factor_and_attention_factor_derived_like_transformers(tmp_path):
+    """No factor: the context ratio; mscale/mscale_all_dim: their mscale ratio; a top-level
+    original_max_position_embeddings wins over the scaling dict's (transformers' order)."""
+    scaling = {
+        "rope_type": "yarn",
+        "original_max_position_embeddings": 1024,
+        "mscale": 1.0,
+        "mscale_all_dim": 0.5,
+        "beta_fast": 16,
+        "truncate": False,
+    }
+    path = write_config(
+        tmp_path / "y",
+        model_type="llama",
+        rope_parameters=scaling,
+        original_max_position_embeddings=512,
+        max_position_embeddings=4096,
+    )
+    rope = rope_answers(answers_from_hf_config(path))
+    assert rope["rope_original_max_position_embeddings"] == 512
+    assert rope["rope_scaling_factor"] == 8.0
+    log8 = math.log(8.0)
+    assert rope["rope_attention_factor"] == pytest.approx((0.1 * log8 + 1) / (0.05 * log8 + 1))
+    assert (rope["rope_beta_fast"], rope["rope_beta_slow"], rope["rope_truncate"]) == (
+        16.0,
+        1.0,
+        False,
+    )
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
@@ -145,8 +198,24 @@ def test_llama3_rope_scaling_fills_its_answers(tmp_path):
             "rope_scaling (llama3) has no low_freq_factor, high_freq_factor",
         ),
         (
-            {"model_type": "qwen3", "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6}},
-            "rope_parameters rope_type 'yarn' is not supported",
+            {"model_type": "qwen3", "rope_parameters": {"rope_type": "dynamic", "factor": 2.0}},
+            "rope_type 'dynamic' is not supported: dynamic NTK rescales RoPE with the running",
+        ),
+        (
+            {"model_type": "llama", "rope_scaling": {"rope_type": "longrope", "factor": 2.0}},
+            "rope_type 'longrope' is not supported: LongRoPE switches",
+        ),
+        (
+            {"model_type": "qwen2", "rope_scaling": {"rope_type": "yarn", "factor": "4"}},
+            "yarn factor must be a number, got '4'",
+        ),
+        (
+            {
+                "model_type": "qwen3",
+                "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+                "original_max_position_embeddings": 0,
+            },
+            "original_max_position_embeddings must be a positive integer, got 0",
         ),
         (
             {
@@ -215,7 +284,7 @@ def test_cli_flag_fills_answers_and_flags_override(cli, tmp_path):
     assert not (tmp_path / "nothing").exists()
 
 
-# One rendered package per model_type (two more with RoPE scaling), each in a different
+# One rendered package per model_type (three more with RoPE scaling), each in a different
 # decode mode, running its own transformers parity tests (prefill + 8 greedy decode steps,
 # eager and compiled, fp32).
 PARITY = {"llama": "npugraph_ex", "mistral": "npugraph_ex", "qwen2": "eager", "qwen3": "ge_graph"}
@@ -228,8 +297,13 @@ ROPE_SCALING = {
         "original_max_position_embeddings": 1024,
     },
     "linear": {"rope_type": "linear", "factor": 2.0},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096},
 }
-CASES = [(t, "none") for t in SUPPORTED_MODEL_TYPES] + [("llama", "llama3"), ("qwen2", "linear")]
+CASES = [(t, "none") for t in SUPPORTED_MODEL_TYPES] + [
+    ("llama", "llama3"),
+    ("qwen2", "linear"),
+    ("qwen3", "yarn"),
+]
 
 
 @pytest.mark.slow

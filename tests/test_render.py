@@ -47,6 +47,7 @@ def test_rendered_code_is_ruff_clean(tmp_path):
         render_answers(tmp_path / "qk", model_name="qk", qk_norm=True, attention_bias=True),
         render_answers(tmp_path / "l3", model_name="l3", rope_scaling="llama3"),
         render_answers(tmp_path / "lin", model_name="lin", rope_scaling="linear"),
+        render_answers(tmp_path / "yarn", model_name="yarn", rope_scaling="yarn"),
         render_answers(tmp_path / "ge", model_name="ge", exe_mode="ge_graph"),
         render_answers(tmp_path / "eager", model_name="eager", exe_mode="eager"),
         EXAMPLES_DIR,

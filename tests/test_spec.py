@@ -39,6 +39,21 @@ RULES = [
         {"rope_scaling": "linear", "rope_scaling_factor": -2.0},
         "rope_scaling_factor must be > 0",
     ),
+    (
+        {"rope_scaling": "yarn", "rope_scaling_factor": 1.0},
+        {"rope_scaling": "yarn", "rope_scaling_factor": 0.5},
+        "yarn rope_scaling_factor must be >= 1",
+    ),
+    (
+        {"rope_scaling": "yarn", "rope_beta_fast": 32.0, "rope_beta_slow": 32.0},
+        {"rope_scaling": "yarn", "rope_beta_fast": 16.0, "rope_beta_slow": 32.0},
+        "rope_beta_slow \\(32.0\\) must be <= rope_beta_fast \\(16.0\\)",
+    ),
+    (
+        {"rope_scaling": "yarn", "rope_attention_factor": 0.0},
+        {"rope_scaling": "yarn", "rope_attention_factor": -1.0},
+        "rope_attention_factor must be >= 0",
+    ),
 ]
 
 
