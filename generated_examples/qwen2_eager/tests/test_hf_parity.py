@@ -57,6 +57,17 @@ ROPE_SCALING_FIELDS = {
             "original_max_position_embeddings": 48,
         }
     },
+    # YaRN's ramp over the tiny head_dims keeps a few pairs, blends some, divides the rest;
+    # the cos/sin scale is derived from the factor (no attention_factor).
+    "yarn": {
+        "rope_scaling": {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+        }
+    },
 }[ROPE_SCALING]
 TYPES = [t for t in CONFIGS if t in MODEL_TYPES] or [
     pytest.param("none", marks=pytest.mark.skip(reason="no HF model_type fits this package"))

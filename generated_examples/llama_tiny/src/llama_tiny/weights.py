@@ -10,6 +10,7 @@ not match raises ValueError listing the missing and unexpected HF keys.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -71,15 +72,37 @@ def _rope(cfg: dict, where: Path) -> dict:
             f"{ROPE_SCALING!r}"
         )
     fields = {"rope_theta": float(10000.0 if theta is None else theta)}
-    if kind != "none":
+    if kind in ("llama3", "yarn"):  # where transformers looks for the pre-training context
+        original = cfg.get("original_max_position_embeddings")
+        original = original or scaling.get("original_max_position_embeddings")
+        original = int(original or cfg["max_position_embeddings"])
+        fields["rope_original_max_position_embeddings"] = original
+    if kind in ("linear", "llama3"):
         fields["rope_scaling_factor"] = float(scaling["factor"])
     if kind == "llama3":
         fields["rope_low_freq_factor"] = float(scaling["low_freq_factor"])
         fields["rope_high_freq_factor"] = float(scaling["high_freq_factor"])
-        fields["rope_original_max_position_embeddings"] = int(
-            scaling["original_max_position_embeddings"]
-        )
+    if kind == "yarn":
+        fields.update(_yarn(scaling, cfg, original))
     return fields
+
+
+def _yarn(scaling: dict, cfg: dict, original: int) -> dict:
+    """YaRN fields with transformers' defaults (factor: the context ratio; cos/sin scale:
+    from mscale/mscale_all_dim when both are given, else 0, derived in modeling.py)."""
+    factor = float(scaling.get("factor") or cfg["max_position_embeddings"] / original)
+    attention = scaling.get("attention_factor")
+    mscale, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
+    if attention is None and mscale and mscale_all_dim and factor > 1:
+        log_factor = math.log(factor)
+        attention = (0.1 * mscale * log_factor + 1) / (0.1 * mscale_all_dim * log_factor + 1)
+    return {
+        "rope_scaling_factor": factor,
+        "rope_beta_fast": float(scaling.get("beta_fast") or 32.0),
+        "rope_beta_slow": float(scaling.get("beta_slow") or 1.0),
+        "rope_attention_factor": float(attention or 0.0),
+        "rope_truncate": bool(scaling.get("truncate", True)),
+    }
 
 
 def model_args_from_hf(path: str | Path, max_seq_len: int | None = None) -> ModelArgs:
