@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -38,11 +39,18 @@ def stable_text(path: Path) -> str:
 
 
 def main() -> int:
-    for name, answers_file in example_answers().items():
-        dest = EXAMPLES_DIR / name
-        shutil.rmtree(dest, ignore_errors=True)
-        render_example(answers_file, dest)
-        print(f"rendered {dest}")
+    """Render every example outside the repository first, then swap them in: a checkout
+    left clean while copier reads it records a real commit (`copier update` works)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        rendered = {}
+        for name, answers_file in example_answers().items():
+            rendered[name] = Path(scratch) / name
+            render_example(answers_file, rendered[name])
+        for name, source in rendered.items():
+            dest = EXAMPLES_DIR / name
+            shutil.rmtree(dest, ignore_errors=True)
+            shutil.copytree(source, dest)
+            print(f"rendered {dest}")
     return 0
 
 
