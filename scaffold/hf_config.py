@@ -80,11 +80,10 @@ _UNSUPPORTED_SCALING = {
 def _original_context(cfg: dict[str, Any], spec: dict[str, Any]) -> Any:
     """Pre-training context of llama3/yarn scaling, found where transformers looks: the
     top-level key first, then the scaling dict, then max_position_embeddings."""
-    for value in (cfg.get("original_max_position_embeddings"),
-                  spec.get("original_max_position_embeddings")):  # fmt: skip
-        if value is not None:
-            return value
-    return cfg["max_position_embeddings"]
+    value = cfg.get("original_max_position_embeddings")
+    if value is None:
+        value = spec.get("original_max_position_embeddings")
+    return cfg["max_position_embeddings"] if value is None else value
 
 
 def _yarn_mscale(factor: float, mscale: float) -> float:
