@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import shlex
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -13,8 +14,10 @@ import yaml
 from . import __version__
 from .check_cmd import check
 from .errors import UserError
+from .interview import collect_answers, flag_of
 from .npu_emulate_cmd import npu_emulate
-from .questions import Question, asked_questions
+from .questions import Question, asked_questions, user_owned_files
+from .render import check_destination
 from .update_cmd import check_update, update
 
 app = typer.Typer(
@@ -50,52 +53,43 @@ def _read_data_file(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+        data = yaml.safe_load(text)
     except OSError as exc:
         raise UserError(f"cannot read answers file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"answers file {path} is not UTF-8 text") from None
     except yaml.YAMLError as exc:
         raise UserError(f"answers file {path} is not valid YAML: {exc}".splitlines()[0]) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise UserError(f"answers file {path} must hold a mapping of answers")
-    return {k: v for k, v in data.items() if not str(k).startswith("_")}
+    for key in data:
+        if not isinstance(key, str):
+            raise UserError(f"answers file {path}: key {key!r} is not a question name")
+    return {k: v for k, v in data.items() if not k.startswith("_")}
 
 
-def _prompt(question: Question, default: Any) -> Any:
-    label = question.help
-    if question.choices:
-        label += f" [{'/'.join(question.choices)}]"
-    if question.type == "bool":
-        return typer.confirm(label, default=default)
-    while True:
-        raw = typer.prompt(label, default=str(default), type=str)
-        try:
-            return question.coerce(raw)
-        except UserError as exc:
-            typer.echo(f"  {exc}", err=True)
+class _Prompter:
+    """Asks one question on the terminal; remembers whether it asked anything."""
 
+    def __init__(self) -> None:
+        self.asked = False
 
-def collect_answers(given: dict[str, Any], defaults: bool) -> dict[str, Any]:
-    """Every asked question, in copier.yml order: given answers first, then the
-    (rendered) default when --defaults, else an interactive prompt."""
-    answers: dict[str, Any] = {}
-    for question in asked_questions():
-        if not question.applies(answers):
-            if question.name in given:
-                raise UserError(
-                    f"{question.name} does not apply to these answers ({question.when})"
-                )
-            answers[question.name] = question.default_for(answers)  # unused by the template
-        elif question.name in given:
-            answers[question.name] = question.coerce(given[question.name])
-        elif defaults:
-            answers[question.name] = question.default_for(answers)
-        else:
-            answers[question.name] = _prompt(question, question.default_for(answers))
-    for name in given.keys() - answers.keys():
-        answers[name] = given[name]  # reported as unknown by validation
-    return answers
+    def __call__(self, question: Question, default: Any) -> Any:
+        self.asked = True
+        label = question.help
+        if question.choices:
+            label += f" [{'/'.join(question.choices)}]"
+        if question.type == "bool":
+            return typer.confirm(label, default=default)
+        while True:
+            raw = typer.prompt(label, default=str(default), type=str)
+            try:
+                return question.coerce(raw)
+            except UserError as exc:
+                typer.echo(f"  {exc}", err=True)
 
 
 def new_model(
@@ -108,7 +102,15 @@ def new_model(
     data_file: Optional[Path] = typer.Option(  # noqa: UP045
         None, "--data-file", "--answers", help="YAML file of answers (copier's data file)."
     ),
-    force: bool = typer.Option(False, "--force", help="Render into a non-empty directory."),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Render into a non-empty directory: your files are kept, files it changes are "
+        "first moved to .ascend-scaffold-backup/.",
+    ),
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="Write without asking to confirm the design summary."
+    ),
     from_hf_config: Optional[Path] = typer.Option(  # noqa: UP045
         None,
         "--from-hf-config",
@@ -117,28 +119,52 @@ def new_model(
     ),
     **flags: Any,
 ) -> None:
-    """Interview for a dense GQA decoder and render its package."""
-    from .hf_config import answers_from_hf_config
-    from .render import render
-    from .spec import validate
+    """Interview for a dense GQA decoder and render its package.
 
+    Exit code: 0 written; 1 aborted (Ctrl-C, end of input, or the summary not confirmed),
+    nothing written; 2 bad input, nothing written.
+    """
+    from .hf_config import answers_from_hf_config
+    from .render import place, plan_placement, scratch_render
+    from .spec import validate
+    from .summary import design_summary
+
+    prompter = _Prompter()
     try:
-        given = answers_from_hf_config(from_hf_config) if from_hf_config else {}
-        given.update(_read_data_file(data_file))
+        given = _read_data_file(data_file)
         given.update({name: value for name, value in flags.items() if value is not None})
-        spec = validate(collect_answers(given, defaults))
-        target = dest or Path(spec.model_name)
+        if from_hf_config:
+            hf = answers_from_hf_config(from_hf_config, derive_name="model_name" not in given)
+            given = {**hf, **given}
+        spec = validate(collect_answers(given, defaults, ask=prompter))
+        target = (dest or Path(spec.model_name)).absolute()
         start = time.perf_counter()
-        files = render(spec, target, force=force)
+        check_destination(target, force)
+        with scratch_render(spec, target) as out:
+            placement = plan_placement(out, target, force, user_owned_files(spec.answers()))
+            typer.echo(design_summary(spec, placement))
+            if prompter.asked and not yes and not typer.confirm("write these files?", True):
+                raise typer.Abort()
+            place(placement)
     except UserError as error:
         raise fail(error) from None
+    except (KeyboardInterrupt, typer.Abort):
+        typer.echo("aborted: nothing was written", err=True)
+        raise typer.Exit(1) from None
     elapsed = time.perf_counter() - start
-    typer.echo(f"rendered {len(files)} files into {target} in {elapsed:.2f}s")
+    shown = dest or Path(spec.model_name)
+    typer.echo(f"rendered {len(placement.files)} files into {shown} in {elapsed:.2f}s")
+    if placement.kept:
+        typer.echo(f"  kept your {', '.join(placement.kept)}")
+    if placement.backup is not None:
+        typer.echo(
+            f"  {len(placement.replaced)} changed file(s) replaced; the old copies are in "
+            f"{placement.backup}"
+        )
+    quoted = shlex.quote(str(shown))
     typer.echo(
-        f"  exe_mode={spec.exe_mode} fa_interface={spec.fa_interface} "
-        f"enable_dynamic_graph={spec.enable_dynamic_graph}"
+        f"next: pip install -e {shlex.quote(str(shown) + '[test]')} && pytest {quoted}/tests"
     )
-    typer.echo(f"next: pip install -e {target}[test] && pytest {target}/tests")
 
 
 def _with_question_flags(func):
@@ -146,7 +172,7 @@ def _with_question_flags(func):
     signature = inspect.signature(func)
     params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
     for question in asked_questions():
-        flag = "--" + question.name.replace("_", "-")
+        flag = flag_of(question)
         decls = [f"{flag}/--no-{flag[2:]}"] if question.type == "bool" else [flag]
         option = typer.Option(None, *decls, help=question.help, show_default=False)
         annotation = Optional[question.py_type]  # noqa: UP045

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from .cli import collect_answers
+from .interview import collect_answers
 from .render import render
 from .spec import validate
 

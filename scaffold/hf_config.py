@@ -10,7 +10,6 @@ is written.
 from __future__ import annotations
 
 import json
-import keyword
 import math
 import re
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 from .errors import UserError
 from .questions import asked_questions
+from .spec import name_problem
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 DTYPES = ("bfloat16", "float16", "float32")
@@ -46,11 +46,20 @@ def _load(path: Path) -> tuple[dict[str, Any], Path]:
         data = json.loads(file.read_text())
     except OSError as exc:
         raise UserError(f"cannot read {file}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
+    except UnicodeDecodeError:
+        raise UserError(f"{file} is not UTF-8 text") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise UserError(f"{file} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise UserError(f"{file} must hold a JSON object")
     return data, file
+
+
+def _positive_number(value: Any) -> bool:
+    """A finite number > 0 (JSON's 1e400 parses as inf)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and value > 0
 
 
 def _int(cfg: dict[str, Any], key: str, where: str) -> int:
@@ -139,6 +148,8 @@ def _rope(cfg: dict[str, Any], where: str) -> dict[str, Any]:
                 )
             theta = spec["rope_theta"]
         kind = spec.get("rope_type", spec.get("type", "default"))
+        if not isinstance(kind, str):
+            raise UserError(f"{where}: {field}.rope_type must be a string, got {kind!r}")
         if kind == "default":
             continue
         if kind not in _SCALING_KEYS:
@@ -165,7 +176,7 @@ def _rope(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     if cfg.get("partial_rotary_factor", 1.0) != 1.0:
         raise UserError(f"{where}: partial_rotary_factor != 1.0 is not supported")
     theta = 10000.0 if theta is None else theta
-    if isinstance(theta, bool) or not isinstance(theta, int | float) or theta <= 0:
+    if not _positive_number(theta):
         raise UserError(f"{where}: rope_theta must be a positive number, got {theta!r}")
     return {"rope_theta": float(theta), **answers}
 
@@ -182,6 +193,11 @@ def _reject_sliding_window(cfg: dict[str, Any], model_type: str, layers: int, wh
         return
     layer_types = cfg.get("layer_types")
     if layer_types is not None:
+        if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
+            raise UserError(
+                f"{where}: layer_types must be a list of strings (one per layer), "
+                f"got {layer_types!r}"
+            )
         sliding = [t for t in layer_types if t != "full_attention"]
         if sliding:
             raise UserError(
@@ -197,22 +213,28 @@ def _reject_sliding_window(cfg: dict[str, Any], model_type: str, layers: int, wh
 
 
 def _model_name(file: Path) -> str | None:
-    """A package name from the checkpoint directory's name (`Qwen3-0.6B` -> `qwen3_0_6b`)."""
-    name = re.sub(r"[^a-z0-9]+", "_", file.parent.resolve().name.lower()).strip("_")
+    """A package name from the checkpoint directory's name (`Qwen3-0.6B` -> `qwen3_0_6b`),
+    held to the same rules as a typed one; None when the name has no letters to start."""
+    directory = file.parent.resolve()
+    name = re.sub(r"[^a-z0-9]+", "_", directory.name.lower()).strip("_")
     if not name or not name[0].isalpha():
         return None
-    if keyword.iskeyword(name) or name in {"torch", "transformers", "tokenizers", "safetensors"}:
-        name += "_model"
+    problem = name_problem(name)
+    if problem:
+        raise UserError(
+            f"{problem} (derived from the checkpoint directory {directory}); "
+            "choose one with --model-name"
+        )
     return name
 
 
-def answers_from_hf_config(path: Path) -> dict[str, Any]:
+def answers_from_hf_config(path: Path, derive_name: bool = True) -> dict[str, Any]:
     """Interview answers (copier.yml names) for the architecture in a HF config.
 
     `path` is a config.json or a checkpoint directory holding one. Returns every
     architecture answer, `dtype` when the config names a supported one, `max_seq_len` when
-    `max_position_embeddings` is below the default, and `model_name` derived from the
-    directory name when that gives a valid package name. Raises UserError otherwise.
+    `max_position_embeddings` is below the default, and (when `derive_name`) `model_name`
+    derived from the directory name. Raises UserError otherwise.
     """
     cfg, file = _load(path)
     where = str(file)
@@ -250,7 +272,7 @@ def answers_from_hf_config(path: Path) -> dict[str, Any]:
         )
     _reject_sliding_window(cfg, model_type, layers, where)
     eps = cfg["rms_norm_eps"]
-    if isinstance(eps, bool) or not isinstance(eps, int | float) or eps <= 0:
+    if not _positive_number(eps):
         raise UserError(f"{where}: rms_norm_eps must be a positive number, got {eps!r}")
     tie = cfg.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):
@@ -277,7 +299,7 @@ def answers_from_hf_config(path: Path) -> dict[str, Any]:
     default_len = next(q for q in asked_questions() if q.name == "max_seq_len").default_for({})
     if isinstance(max_pos, int) and not isinstance(max_pos, bool) and 2 <= max_pos < default_len:
         answers["max_seq_len"] = max_pos
-    name = _model_name(file)
+    name = _model_name(file) if derive_name else None
     if name is not None:
         answers["model_name"] = name
     return answers

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -45,7 +47,13 @@ class Question:
     def default_for(self, answers: dict[str, Any]) -> Any:
         """The default, rendered against earlier answers when it is a Jinja expression."""
         if isinstance(self.default, str) and "{{" in self.default:
-            return self.coerce(_render(self.default, answers))
+            try:
+                rendered = _render(self.default, answers)
+            except (jinja2.TemplateError, ArithmeticError, TypeError) as exc:
+                raise UserError(
+                    f"cannot derive {self.name} = {self.derivation()} from these answers: {exc}"
+                ) from None
+            return self.coerce(rendered)
         return self.coerce(self.default)
 
     def coerce(self, value: Any) -> Any:
@@ -58,14 +66,46 @@ class Question:
                 if text in _TRUE | _FALSE:
                     return text in _TRUE
                 raise ValueError
-            if self.type == "int" and isinstance(value, float | bool):
+            if self.type in ("int", "float") and isinstance(value, bool):
+                raise ValueError
+            if self.type == "int" and isinstance(value, float):
+                raise ValueError
+            if self.type == "str" and not isinstance(value, str):
                 raise ValueError
             result = self.py_type(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise UserError(f"{self.name} must be {self.type}, got {value!r}") from None
+        if self.type == "float" and not math.isfinite(result):
+            raise UserError(f"{self.name} must be a finite number, got {value!r}")
         if self.choices and result not in self.choices:
             raise UserError(f"{self.name} must be one of {', '.join(self.choices)}, got {result!r}")
         return result
+
+    def when_in_words(self, answers: dict[str, Any]) -> str:
+        """`when` as a sentence: "rope_scaling is not 'none' (here it is 'none')"."""
+        return describe_condition(str(self.when), answers)
+
+    def derivation(self) -> str | None:
+        """The expression a Jinja default computes, e.g. "hidden_size // num_attention_heads"."""
+        if isinstance(self.default, str) and "{{" in self.default:
+            return self.default.strip().removeprefix("{{").removesuffix("}}").strip()
+        return None
+
+
+_CONDITION = re.compile(r"^\{\{\s*(?P<name>\w+)\s+(?P<op>==|!=|in|not in)\s+(?P<value>.+?)\s*\}\}$")
+_OPS = {"==": "is", "!=": "is not", "in": "is", "not in": "is not"}
+
+
+def describe_condition(condition: str, answers: dict[str, Any]) -> str:
+    """A copier `when` of the simple forms the interview uses, said in words."""
+    match = _CONDITION.match(condition.strip())
+    if match is None:
+        return condition.strip().removeprefix("{{").removesuffix("}}").strip()
+    name, op, value = match["name"], match["op"], match["value"]
+    if value.startswith("[") and value.endswith("]"):
+        value = " or ".join(v.strip() for v in value[1:-1].split(","))
+    here = f" (here it is {answers[name]!r})" if name in answers else ""
+    return f"{name} {_OPS[op]} {value}{here}"
 
 
 def _render(template: str, answers: dict[str, Any]) -> str:
@@ -74,9 +114,21 @@ def _render(template: str, answers: dict[str, Any]) -> str:
 
 
 @cache
+def copier_config(root: Path | None = None) -> dict[str, Any]:
+    """copier.yml, parsed once."""
+    return yaml.safe_load((root or template_root()).joinpath("copier.yml").read_text())
+
+
+def user_owned_files(answers: dict[str, Any]) -> list[str]:
+    """copier's `_skip_if_exists` paths, rendered: files the user owns after the first render."""
+    patterns = copier_config().get("_skip_if_exists", [])
+    return [_render(pattern, answers) for pattern in patterns]
+
+
+@cache
 def load_questions(root: Path | None = None) -> tuple[Question, ...]:
     """Questions of copier.yml in file order (settings starting with `_` skipped)."""
-    data = yaml.safe_load((root or template_root()).joinpath("copier.yml").read_text())
+    data = copier_config(root)
     questions = []
     for name, spec in data.items():
         if name.startswith("_"):

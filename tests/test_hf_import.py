@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from scaffold.cli import collect_answers, new_model
+from scaffold.cli import new_model
 from scaffold.errors import UserError
 from scaffold.hf_config import SUPPORTED_MODEL_TYPES, answers_from_hf_config
+from scaffold.interview import collect_answers
 from scaffold.render import render
 from scaffold.spec import validate
 

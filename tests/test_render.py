@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from scaffold.cli import collect_answers
 from scaffold.examples import EXAMPLES_DIR, example_answers, render_example, stable_text
+from scaffold.interview import collect_answers
 from scaffold.render import render
 from scaffold.spec import validate
 

@@ -4,8 +4,8 @@ copier.yml's validators (so a plain `copier copy` refuses the same answers)."""
 import copier
 import pytest
 
-from scaffold.cli import collect_answers
 from scaffold.errors import UserError
+from scaffold.interview import collect_answers
 from scaffold.spec import validate
 from scaffold.template import template_root
 
@@ -57,8 +57,8 @@ RULES = [
 ]
 
 
-def answers(**overrides):
-    return collect_answers(overrides, defaults=True)
+def answers(check=False, **overrides):
+    return collect_answers(overrides, defaults=True, check=check)
 
 
 @pytest.mark.parametrize(("valid", "invalid", "message"), RULES)

@@ -1,0 +1,70 @@
+"""The design summary shown before anything is written (the seed's 方案设计 → 方案确认)."""
+
+from __future__ import annotations
+
+from .render import BACKUP_DIR, Placement
+from .spec import ModelSpec, gib
+
+_MODES = {
+    "eager": "prefill and decode eager; nothing is compiled",
+    "npugraph_ex": "prefill eager; decode captured once and replayed as an aclgraph (npugraph_ex)",
+    "ge_graph": "prefill eager; decode compiled to a static GE graph (torchair, Ascend IR)",
+}
+
+
+def dynamic_reason(spec: ModelSpec) -> str:
+    if spec.exe_mode == "npugraph_ex" and spec.fa_interface == "torch_npu":
+        return (
+            "true: torch_npu's attention takes host List[int] lengths that change every step; "
+            "with dynamic=True they are SymInts and one decode graph serves every step"
+        )
+    if spec.exe_mode == "ge_graph":
+        return "false: torchair's attention takes Tensor lengths, so the decode graph is static"
+    return "false: eager mode compiles nothing"
+
+
+def fused_ops(spec: ModelSpec) -> list[str]:
+    """The NPU ops the rendered package calls (ops/npu.py)."""
+    attention = (
+        "torchair.ops.npu_fused_infer_attention_score"
+        if spec.fa_interface == "torchair"
+        else "torch_npu.npu_fused_infer_attention_score"
+    )
+    return [
+        attention,
+        "torch_npu.npu_rms_norm",
+        "torch_npu.npu_apply_rotary_pos_emb",
+        "torch_npu.scatter_update_",
+    ]
+
+
+def design_summary(spec: ModelSpec, placement: Placement) -> str:
+    s = spec
+    lines = [
+        f"design summary for {s.model_name}:",
+        f"  model       {s.num_hidden_layers} layers, hidden {s.hidden_size}, "
+        f"{s.num_attention_heads} query / {s.num_key_value_heads} KV heads, head_dim "
+        f"{s.head_dim}, MLP {s.intermediate_size}, vocab {s.vocab_size:,}",
+        f"  weights     {s.parameter_count / 1e6:,.1f} M parameters, {gib(s.weight_bytes)} "
+        f"in {s.dtype}",
+        f"  exe_mode    {s.exe_mode}: {_MODES[s.exe_mode]}",
+        f"  attention   fa_interface={s.fa_interface}; enable_dynamic_graph {dynamic_reason(s)}",
+        f"  NPU ops     {', '.join(fused_ops(s))}",
+        f"  KV cache    BNSD ({s.batch_size}, {s.num_key_value_heads}, {s.max_seq_len:,}, "
+        f"{s.head_dim}) x K,V x {s.num_hidden_layers} layers, preallocated, written in place: "
+        f"{gib(s.kv_cache_bytes)} (batch_size {s.batch_size}, max_seq_len {s.max_seq_len:,})",
+        f"  files       {len(placement.files)} in {placement.dest}"
+        + (f" ({len(placement.unchanged)} unchanged)" if placement.unchanged else "")
+        + ":",
+    ]
+    status = {
+        **{p: "new" for p in placement.new},
+        **{p: "replace" for p in placement.replaced},
+        **{p: "keep" for p in placement.kept},
+    }
+    lines += [f"    {status[path]:<7}  {path}" for path in sorted(status)]
+    if placement.replaced:
+        lines.append(f"    (replaced files are first moved to {placement.dest.name}/{BACKUP_DIR}/)")
+    if placement.kept:
+        lines.append("    (kept files are yours: rendered once, never overwritten)")
+    return "\n".join(lines)
