@@ -191,3 +191,6 @@ app.command("check")(check)
 app.command("npu-emulate")(npu_emulate)
 app.command("update")(update)
 app.command("check-update")(check_update)
+
+if __name__ == "__main__":
+    app()

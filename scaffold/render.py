@@ -202,7 +202,8 @@ def place(placement: Placement) -> None:
         placement.backup = None
         where = exc.filename or dest
         raise UserError(
-            f"cannot write {where}: {exc.strerror or exc}; {dest} was left as it was"
+            f"cannot write {where}: {exc.strerror or exc}; {dest} was left as it was",
+            exit_code=1,
         ) from None
     except BaseException:
         undo.rollback()

@@ -16,3 +16,20 @@ def cli():
         return runner.invoke(app, [str(a) for a in args], input=input)
 
     return invoke
+
+
+def tree_state(root: Path) -> dict[str, str]:
+    """Every entry under `root` (links not followed): file hashes, link targets, dirs."""
+    import hashlib
+    import os
+
+    state = {}
+    for path in sorted(root.rglob("*")):
+        key = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            state[key] = "link:" + os.readlink(path)
+        elif path.is_dir():
+            state[key] = "dir"
+        else:
+            state[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return state
