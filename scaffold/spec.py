@@ -22,6 +22,8 @@ ROPE_SCALINGS = ("none", "linear", "llama3", "yarn")
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 MAX_NAME_LEN = 64
+# sys.stdlib_module_names leaves out the standard library's own `test` package.
+_STDLIB = frozenset(sys.stdlib_module_names) | {"test"}
 # Distributions a generated package imports, tests with or sits beside: a package of the
 # same name would shadow (or be installed over) the real one.
 ECOSYSTEM_NAMES = frozenset(
@@ -126,7 +128,7 @@ def kv_cache_bytes(a: Mapping[str, Any]) -> int:
 
 
 def gib(n_bytes: int) -> str:
-    return f"{n_bytes / 2**30:.2f} GiB" if n_bytes >= 2**27 else f"{n_bytes / 2**20:.1f} MiB"
+    return f"{n_bytes / 2**30:.2f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.1f} MiB"
 
 
 # --- rules -------------------------------------------------------------------------------------
@@ -157,7 +159,7 @@ def name_problem(name: str) -> str | None:
         return f"model_name must be at most {MAX_NAME_LEN} characters, got {len(name)}"
     if keyword.iskeyword(name):
         return f"model_name {name!r} is a Python keyword: the package could not be imported"
-    if name in sys.stdlib_module_names:
+    if name in _STDLIB:
         return f"model_name {name!r} is a standard-library module: the package would shadow it"
     if name in ECOSYSTEM_NAMES:
         return (
@@ -219,7 +221,12 @@ def _positive_float(name: str, below: float | None = None) -> None:
         return None
 
 
-_positive_float("rope_theta")
+@rule("rope_theta")
+def _rope_theta(a: Mapping[str, Any]) -> str | None:
+    if a["rope_theta"] <= 1:
+        theta = a["rope_theta"]
+        return f"rope_theta must be > 1 (RoPE's base; 1 makes every frequency equal), got {theta}"
+    return None
 
 
 @rule("rope_scaling", "rope_scaling_factor")
@@ -282,8 +289,9 @@ _positive_float("rms_norm_eps", below=1.0)
 
 @rule("max_seq_len")
 def _max_seq_len(a: Mapping[str, Any]) -> str | None:
-    if a["max_seq_len"] < 2:
-        return f"max_seq_len must be >= 2, got {a['max_seq_len']}"
+    if a["max_seq_len"] < 3:  # a prompt token and two decode steps
+        length = a["max_seq_len"]
+        return f"max_seq_len must be >= 3 (a prompt token and two decode steps), got {length}"
     if a["max_seq_len"] > LIMITS["max_seq_len"]:
         return f"max_seq_len must be <= {LIMITS['max_seq_len']:,}, got {a['max_seq_len']:,}"
     return None

@@ -160,8 +160,9 @@ BAD_ANSWERS = [
     (["--head-dim", "15"], "head_dim must be an even number"),
     (["--vocab-size", "0"], "vocab_size must be >= 1"),
     (["--batch-size", "0"], "batch_size must be >= 1"),
-    (["--rope-theta", "-1"], "rope_theta must be > 0"),
-    (["--max-seq-len", "1"], "max_seq_len must be >= 2"),
+    (["--rope-theta", "-1"], "rope_theta must be > 1"),
+    (["--rope-theta", "1"], "rope_theta must be > 1"),
+    (["--max-seq-len", "2"], "max_seq_len must be >= 3"),
     (["--rope-scaling", "dynamic"], "rope_scaling must be one of"),
     (["--rope-scaling", "yarn", "--rope-scaling-factor", "0.5"], "yarn rope_scaling_factor must"),
     (

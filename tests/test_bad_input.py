@@ -1,0 +1,233 @@
+"""Bad answers to `new model`, from flags, data files, HF configs and the interactive
+interview: one line, exit 2, nothing written; never a traceback or a broken package."""
+
+import json
+
+import pytest
+from conftest import tree_state
+
+from scaffold.questions import asked_questions
+
+
+def one_error_line(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def refused(cli, tmp_path, *args):
+    before = tree_state(tmp_path)
+    result = cli("new", "model", "--defaults", *args, tmp_path / "pkg")
+    assert result.exit_code == 2, result.output
+    assert tree_state(tmp_path) == before
+    return one_error_line(result)
+
+
+UNSAFE_NAMES = {
+    "torch": "depends on or sits beside",
+    "numpy": "depends on or sits beside",
+    "transformers": "depends on or sits beside",
+    "torch_npu": "depends on or sits beside",
+    "yaml": "depends on or sits beside",
+    "pytest": "depends on or sits beside",
+    "os": "standard-library module",
+    "typing": "standard-library module",
+    "json": "standard-library module",
+    "sys": "standard-library module",
+    "test": "standard-library module",
+    "class": "Python keyword",
+    "import": "Python keyword",
+    "a" * 65: "at most 64 characters",
+}
+
+
+@pytest.mark.parametrize(("name", "reason"), UNSAFE_NAMES.items())
+def test_unsafe_package_names(cli, tmp_path, name, reason):
+    assert reason in refused(cli, tmp_path, "--model-name", name)
+
+
+def test_unsafe_name_derived_from_a_checkpoint_directory(cli, tmp_path):
+    ckpt = tmp_path / "torch"
+    ckpt.mkdir()
+    config = {
+        "model_type": "llama",
+        "vocab_size": 256,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+    }
+    (ckpt / "config.json").write_text(json.dumps(config))
+    line = refused(cli, tmp_path, "--from-hf-config", ckpt)
+    assert "'torch'" in line and "derived from the checkpoint directory" in line
+    assert "--model-name" in line
+    result = cli(
+        "new",
+        "model",
+        "--defaults",
+        "--from-hf-config",
+        ckpt,
+        "--model-name",
+        "tiny",
+        tmp_path / "p",
+    )
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--num-attention-heads", "0"], "num_attention_heads must be >= 1, got 0"),
+        (["--num-key-value-heads", "0"], "must be divisible by num_key_value_heads (0)"),
+        (["--rope-theta", "nan"], "rope_theta must be a finite number, got nan"),
+        (["--rope-theta", "inf"], "rope_theta must be a finite number, got inf"),
+        (["--rms-norm-eps", "nan"], "rms_norm_eps must be a finite number"),
+        (["--rms-norm-eps", "2"], "rms_norm_eps must be < 1.0"),
+        (
+            ["--rope-scaling", "linear", "--rope-scaling-factor", "nan"],
+            "rope_scaling_factor must be a finite number",
+        ),
+        (["--vocab-size", "1000000000000"], "vocab_size must be <= 2,097,152"),
+        (["--max-seq-len", "10000000000"], "max_seq_len must be <= 1,048,576"),
+        (["--batch-size", "100000"], "batch_size must be <= 4,096"),
+        (
+            ["--batch-size", "4096", "--max-seq-len", "1048576"],
+            "of KV cache (batch_size 4096, max_seq_len 1,048,576), more than",
+        ),
+        (
+            ["--hidden-size", "72", "--num-attention-heads", "8"],
+            "head_dim must be an even number >= 2 (RoPE rotates halves), got 9 (head_dim "
+            "defaults to hidden_size // num_attention_heads; set it with --head-dim)",
+        ),
+        (
+            ["--rope-scaling-factor", "4"],
+            "rope_scaling_factor applies only when rope_scaling is not 'none' "
+            "(here it is 'none'); leave it out",
+        ),
+    ],
+)
+def test_bad_flags(cli, tmp_path, flags, message):
+    assert message in refused(cli, tmp_path, *flags)
+
+
+def test_zero_heads_from_a_data_file(cli, tmp_path):
+    data = tmp_path / "answers.yml"
+    data.write_text("num_attention_heads: 0\n")
+    assert "num_attention_heads must be >= 1" in refused(cli, tmp_path, "--data-file", data)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"1: 2\n", "key 1 is not a question name"),
+        (b"model_name: caf\xe9\n", "is not UTF-8 text"),
+        (b"rope_theta: .nan\n", "rope_theta must be a finite number"),
+        (b"model_name: 12\n", "model_name must be str, got 12"),
+        (b"vocab_size: true\n", "vocab_size must be int, got True"),
+        (b"rope_theta: true\n", "rope_theta must be float, got True"),
+    ],
+)
+def test_bad_data_files(cli, tmp_path, content, message):
+    data = tmp_path / "answers.yml"
+    data.write_bytes(content)
+    assert message in refused(cli, tmp_path, "--data-file", data)
+
+
+def hf_config(tmp_path, **fields):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir(exist_ok=True)
+    config = {
+        "model_type": "llama",
+        "vocab_size": 256,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        **fields,
+    }
+    (ckpt / "config.json").write_text(json.dumps(config).replace('"__inf__"', "1e400"))
+    return ckpt
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"rope_theta": "__inf__"}, "rope_theta must be a positive number, got inf"),
+        ({"rms_norm_eps": float("nan")}, "rms_norm_eps must be a positive number, got nan"),
+        ({"rope_scaling": {"rope_type": ["x"]}}, "rope_scaling.rope_type must be a string"),
+        ({"layer_types": "full"}, "layer_types must be a list of strings"),
+    ],
+)
+def test_bad_hf_configs(cli, tmp_path, fields, message):
+    ckpt = hf_config(tmp_path, **fields)
+    assert message in refused(cli, tmp_path, "--from-hf-config", ckpt)
+
+
+def test_non_utf8_hf_config(cli, tmp_path):
+    ckpt = hf_config(tmp_path)
+    (ckpt / "config.json").write_bytes(b'{"model_type": "caf\xe9"}')
+    assert "is not UTF-8 text" in refused(cli, tmp_path, "--from-hf-config", ckpt)
+
+
+def asked_names(**answers):
+    return [q.name for q in asked_questions() if q.applies({"rope_scaling": "none", **answers})]
+
+
+def test_interview_re_asks_a_bad_name_at_once(cli, tmp_path):
+    """A bad first answer is reported right away and asked again; nothing is lost."""
+    names = asked_names()
+    replies = {"model_name": "Bad-Name\ntorch\ngood_name", "num_attention_heads": "0\n8"}
+    text = "\n".join(replies.get(n, "") for n in names) + "\ny\n"
+    result = cli("new", "model", tmp_path / "pkg", input=text)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    first_error = out.index("model_name must match")
+    assert first_error < out.index("Vocabulary size")  # before the next question
+    assert out.index("'torch' is the name of a package") < out.index("Vocabulary size")
+    assert "num_attention_heads must be >= 1, got 0" in out
+    assert (tmp_path / "pkg/src/good_name").is_dir()
+
+
+def test_interview_re_asks_a_cross_field_rule(cli, tmp_path):
+    names = asked_names()
+    replies = {"num_attention_heads": "8", "num_key_value_heads": "3\n2"}
+    text = "\n".join(replies.get(n, "") for n in names) + "\ny\n"
+    result = cli("new", "model", tmp_path / "pkg", input=text)
+    assert result.exit_code == 0, result.output
+    assert "num_attention_heads (8) must be divisible by num_key_value_heads (3)" in result.output
+
+
+def test_summary_before_writing_states_the_design(cli, tmp_path):
+    result = cli("new", "model", "--defaults", "--batch-size", "8", tmp_path / "pkg")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert out.index("design summary for llama_tiny") < out.index("rendered 30 files")
+    for expected in (
+        "8 layers, hidden 512, 8 query / 4 KV heads, head_dim 64",
+        "57.9 M parameters, 110.5 MiB in bfloat16",
+        "exe_mode    npugraph_ex",
+        "fa_interface=torch_npu; enable_dynamic_graph true: torch_npu's attention takes host",
+        "torch_npu.npu_fused_infer_attention_score",
+        # 8 layers x K,V x (8, 4, 2048, 64) x 2 bytes
+        "BNSD (8, 4, 2,048, 64) x K,V x 8 layers, preallocated, written in place: 128.0 MiB",
+        "new      src/llama_tiny/modeling.py",
+    ):
+        assert expected in out
+
+
+def test_interactive_run_asks_to_confirm_and_yes_skips_it(cli, tmp_path):
+    names = asked_names()
+    result = cli("new", "model", "--yes", tmp_path / "a", input="\n" * len(names))
+    assert result.exit_code == 0, result.output
+    assert "design summary" in result.stdout and "write these files?" not in result.stdout
+    result = cli("new", "model", tmp_path / "b", input="\n" * len(names) + "y\n")
+    assert result.exit_code == 0 and "write these files?" in result.stdout
+
+
+def test_next_hint_quotes_a_path_with_spaces(cli, tmp_path):
+    result = cli("new", "model", "--defaults", tmp_path / "my models" / "tiny")
+    assert result.exit_code == 0, result.output
+    assert f"pip install -e '{tmp_path}/my models/tiny[test]'" in result.stdout
+    assert f"pytest '{tmp_path}/my models/tiny'/tests" in result.stdout
