@@ -13,11 +13,14 @@ import yaml
 
 from . import __version__
 from .check_cmd import check
+from .console import ask, fail
 from .errors import UserError
 from .interview import collect_answers, flag_of
 from .npu_emulate_cmd import npu_emulate
 from .questions import Question, asked_questions, user_owned_files
 from .render import check_destination
+from .template import is_git_template, template_root
+from .template_source import TEMPLATE_URL_ENV, dirty_template_files, repository_url
 from .update_cmd import check_update, update
 
 app = typer.Typer(
@@ -44,11 +47,6 @@ def main(
     """Render Ascend NPU graph-mode-ready LLM model packages."""
 
 
-def fail(error: UserError) -> typer.Exit:
-    typer.echo(f"error: {error}", err=True)
-    return typer.Exit(error.exit_code)
-
-
 def _read_data_file(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
@@ -72,24 +70,14 @@ def _read_data_file(path: Path | None) -> dict[str, Any]:
 
 
 class _Prompter:
-    """Asks one question on the terminal; remembers whether it asked anything."""
+    """Asks questions on the terminal; remembers whether it asked anything."""
 
     def __init__(self) -> None:
         self.asked = False
 
     def __call__(self, question: Question, default: Any) -> Any:
         self.asked = True
-        label = question.help
-        if question.choices:
-            label += f" [{'/'.join(question.choices)}]"
-        if question.type == "bool":
-            return typer.confirm(label, default=default)
-        while True:
-            raw = typer.prompt(label, default=str(default), type=str)
-            try:
-                return question.coerce(raw)
-            except UserError as exc:
-                typer.echo(f"  {exc}", err=True)
+        return ask(question, default)
 
 
 def new_model(
@@ -130,6 +118,7 @@ def new_model(
     from .summary import design_summary
 
     prompter = _Prompter()
+    dirty = dirty_template_files(template_root())
     try:
         given = _read_data_file(data_file)
         given.update({name: value for name, value in flags.items() if value is not None})
@@ -160,6 +149,21 @@ def new_model(
         typer.echo(
             f"  {len(placement.replaced)} changed file(s) replaced; the old copies are in "
             f"{placement.backup}"
+        )
+    if not is_git_template(template_root()) and repository_url() is None:
+        typer.echo(
+            f"warning: this installation knows no template repository, so `update` cannot "
+            f"find this package's template: set {TEMPLATE_URL_ENV} to its git URL and render "
+            "again",
+            err=True,
+        )
+    if dirty:
+        listed = ", ".join(dirty[:3]) + (", ..." if len(dirty) > 3 else "")
+        typer.echo(
+            f"warning: rendered from uncommitted template changes ({listed}); the recorded "
+            "_commit does not hold them, so `update` would take them for your edits: commit "
+            "the template and render again before you ship this package",
+            err=True,
         )
     quoted = shlex.quote(str(shown))
     typer.echo(

@@ -24,6 +24,7 @@ from .errors import UserError
 from .questions import user_owned_files
 from .spec import ModelSpec
 from .template import template_root
+from .template_source import record_source, recorded_source
 
 BACKUP_DIR = ".ascend-scaffold-backup"
 
@@ -89,6 +90,9 @@ def scratch_render(spec: ModelSpec, dest: Path) -> Iterator[Path]:
                 )
             except OSError as exc:
                 raise UserError(f"cannot render into {parent}: {exc}") from None
+        source = recorded_source()  # a template copier cannot find again (see the module)
+        if source is not None:
+            record_source(out / ".copier-answers.yml", *source)
         yield out
 
 

@@ -2,54 +2,53 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from .console import ask, fail
 from .errors import UserError
-from .update import (
-    NewQuestion,
-    find_conflicts,
-    new_questions,
-    read_package,
-    require_clean_git,
-    run_update,
-)
-from .update import (
-    check_update as check_for_update,
-)
+
+if TYPE_CHECKING:
+    from .update import NewQuestion, Package
 
 
-def _fail(error: UserError) -> typer.Exit:
-    typer.echo(f"error: {error}", err=True)
-    return typer.Exit(error.exit_code)
+def _interactive() -> bool:
+    """Whether a terminal is attached to ask new questions on."""
+    isatty = getattr(sys.stdin, "isatty", None)
+    return bool(isatty and isatty())
 
 
-def _ask(new: NewQuestion, default: Any) -> Any:
-    question = new.question
-    label = question.help
-    if question.choices:
-        label += f" [{'/'.join(question.choices)}]"
-    if question.type == "bool":
-        return typer.confirm(label, default=bool(default))
-    while True:
-        raw = typer.prompt(label, default=None if default is None else str(default), type=str)
-        try:
-            return question.coerce(raw)
-        except UserError as exc:
-            typer.echo(f"  {exc}", err=True)
+def _answer_new_questions(package: Package, pending: list[NewQuestion], ref: str) -> dict:
+    """Ask the new questions that apply (in order, each against the answers so far).
 
+    Without a terminal nothing can be asked: refuse (exit 2) naming the questions, before
+    anything changed.
+    """
+    from .update import asked_among
 
-def _answer_new_questions(pending: list[NewQuestion], answers: dict[str, Any], ref: str) -> dict:
+    asked = asked_among(package.answers, pending)
+    if not asked:
+        return {}
+    names = ", ".join(q.name for q in asked)
+    if not _interactive():
+        raise UserError(
+            f"template {ref} asks new question(s) {names}, and no terminal is attached to ask "
+            "them; pass --defaults to answer them with their defaults, or run in a terminal"
+        )
+    typer.echo(f"template {ref} asks {len(asked)} new question(s); earlier answers are kept")
     data: dict[str, Any] = {}
-    asked = [q for q in pending if q.applies({**answers, **data})]
-    if asked:
-        typer.echo(f"template {ref} asks {len(asked)} new question(s); earlier answers are kept")
-    for new in pending:
-        known = {**answers, **data}
-        if new.applies(known):
-            data[new.name] = _ask(new, new.default_for(known))
+    try:
+        for new in pending:
+            known = {**package.answers, **data}
+            if new.applies(known):
+                data[new.name] = ask(new.question, new.default_for(known))
+    except typer.Abort:
+        raise UserError(
+            f"no answer for new question(s) {names}; answer them or pass --defaults"
+        ) from None
     return data
 
 
@@ -80,55 +79,64 @@ def update(
 ) -> None:
     """Update a generated package to a newer template release (copier update).
 
-    Needs a clean git tree. Your edits to template-owned files are merged; where they
-    overlap the template's change, the file gets inline conflict markers. User-owned files
-    (config/<model>.yaml, src/<model>/extensions.py) are never touched, except by migrations.
-    Only questions added since the last render are asked.
+    Needs a clean git tree with no conflicts left from an earlier update. Your edits to
+    template-owned files are merged; where they overlap the template's change, the file
+    gets inline conflict markers; a file the release removed but you edited is kept, as a
+    conflict. User-owned files (config/<model>.yaml, src/<model>/extensions.py) are never
+    touched, except by migrations. Only questions added since the last render, and that
+    apply to your answers, are asked (without a terminal: pass --defaults).
 
     Exit code: 0 updated cleanly, or already up to date; 1 conflicts left to resolve, or
-    copier/git failed; 2 cannot update as it stands (not a generated package, not in git,
-    uncommitted changes, untrusted migrations, downgrade).
+    copier/git failed; 2 cannot update as it stands (not a generated package, template
+    repository or _commit unreadable, not in git, uncommitted changes, conflicts left from an
+    earlier update, unknown --vcs-ref, new questions and no terminal to ask them, untrusted
+    migrations, downgrade).
     """
+    from .update import check_package, new_questions, prepare_update, require_ref, run_update
+
     try:
-        package = read_package(dest)
-        require_clean_git(package.dest)
-        target = vcs_ref
-        if target is None:
-            check = check_for_update(package.dest, prereleases)
+        package = prepare_update(dest)  # read_package + require_clean_git, once
+        if vcs_ref is None:
+            check = check_package(package, prereleases)  # one git ls-remote
             if not check.update_available:
                 typer.echo(f"{dest} is up to date (template {package.commit})")
                 raise typer.Exit(0)
-            target = check.latest
-        data: dict[str, Any] = {}
-        if not defaults:
-            pending = new_questions(package, target)
-            try:
-                data = _answer_new_questions(pending, package.answers, target)
-            except typer.Abort:
-                names = ", ".join(q.name for q in pending)
-                raise UserError(
-                    f"no answer for new question(s) {names}; answer them or pass --defaults",
-                    exit_code=1,
-                ) from None
+            target, pending = check.latest, list(check.pending)
+        else:
+            require_ref(package, vcs_ref)
+            target, pending = vcs_ref, new_questions(package, vcs_ref)
+        data = {} if defaults else _answer_new_questions(package, pending, target)
         result = run_update(
-            package.dest, data=data, vcs_ref=target, trust=trust, prereleases=prereleases
+            package, data=data, vcs_ref=target, trust=trust, prereleases=prereleases
         )
     except UserError as error:
-        raise _fail(error) from None
+        raise fail(error) from None
     for warning in result.warnings:
         typer.echo(f"warning: {warning}", err=True)
-    conflicts = set(result.conflicts)
+    conflicts, kept = set(result.conflicts), set(result.kept)
     typer.echo(
         f"updated {dest}: template {result.old_commit} -> {result.new_commit}, "
         f"{len(result.changed)} file(s) changed, {len(conflicts)} conflict(s)"
     )
     for path in sorted(set(result.changed) | conflicts):
-        typer.echo(f"  {'conflict' if path in conflicts else 'changed':<8}  {path}")
+        if path in kept:
+            typer.echo(f"  conflict  {path}  (removed upstream, edited here: kept)")
+        else:
+            typer.echo(f"  {'conflict' if path in conflicts else 'changed':<8}  {path}")
     if conflicts:
+        steps = []
+        if conflicts - kept:
+            steps.append(
+                "keep what you need between '<<<<<<< before updating' and '>>>>>>> after "
+                "updating' (merge any .rej by hand and delete it), then git add"
+            )
+        if kept:
+            steps.append(
+                f"{len(kept)} file(s) removed upstream but edited here were kept: git add to "
+                "keep, or git rm to drop"
+            )
         typer.echo(
-            f"error: {len(conflicts)} file(s) have conflicts: keep what you need between "
-            "'<<<<<<< before updating' and '>>>>>>> after updating' (merge any .rej by hand "
-            "and delete it), then git add and commit",
+            f"error: {len(conflicts)} file(s) have conflicts: {'; '.join(steps)}; then commit",
             err=True,
         )
         raise typer.Exit(1)
@@ -145,21 +153,32 @@ def check_update(
 ) -> None:
     """Say whether a newer template release exists for a generated package; change nothing.
 
-    Exit code: 0 up to date; 3 an update is available; 1 the template cannot be read;
-    2 not a generated package.
+    Exit code: 0 up to date; 3 an update is available; 1 conflicts left from an earlier
+    update (conflict markers in files, committed or not, `.rej` files, unmerged entries;
+    reported even when an update is available), or the template cannot be read; 2 not a
+    generated package, or its template repository or _commit is unusable.
     """
+    from .update import check_package, read_package, unresolved_conflicts
+
     try:
-        check = check_for_update(dest, prereleases)
-        leftover = find_conflicts(dest)
+        package = read_package(dest)
+        leftover = unresolved_conflicts(package.dest)
+        check = check_package(package, prereleases)
     except UserError as error:
-        raise _fail(error) from None
-    if leftover:
-        typer.echo(f"warning: unresolved update conflicts in {', '.join(leftover)}", err=True)
+        raise fail(error) from None
     if not check.update_available:
         typer.echo(f"{dest} is up to date (template {check.current})")
-        raise typer.Exit(0)
-    typer.echo(f"update available for {dest}: template {check.current} -> {check.latest}")
-    if check.new_questions:
-        typer.echo(f"  new questions: {', '.join(check.new_questions)}")
-    typer.echo(f"  run: ascend-scaffold update {dest}")
-    raise typer.Exit(3)
+    else:
+        typer.echo(f"update available for {dest}: template {check.current} -> {check.latest}")
+        if check.new_questions:
+            typer.echo(f"  new questions: {', '.join(check.new_questions)}")
+        typer.echo(f"  run: ascend-scaffold update {dest}")
+    if leftover:
+        typer.echo(
+            f"error: unresolved update conflicts in {', '.join(leftover)}: resolve them "
+            "(remove the markers, merge and delete any .rej file, git add or git rm each "
+            "file) and commit",
+            err=True,
+        )
+        raise typer.Exit(1)
+    raise typer.Exit(3 if check.update_available else 0)

@@ -203,7 +203,7 @@ def test_summary_before_writing_states_the_design(cli, tmp_path):
     result = cli("new", "model", "--defaults", "--batch-size", "8", tmp_path / "pkg")
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert out.index("design summary for llama_tiny") < out.index("rendered 30 files")
+    assert out.index("design summary for llama_tiny") < out.index("\nrendered ")
     for expected in (
         "8 layers, hidden 512, 8 query / 4 KV heads, head_dim 64",
         "57.9 M parameters, 110.5 MiB in bfloat16",

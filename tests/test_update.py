@@ -8,12 +8,17 @@ committed and tagged v1.0.0, then changed and tagged v2.0.0:
 - config YAML: `scheduler_config.max_new_tokens` renamed to `max_decode_steps`, carried into
   the user-owned config by a `_migrations` entry running scaffold/migrations/rename_config_key.py;
 - extensions.py (user-owned): a new hook stub, which must NOT reach existing packages.
+
+A second, lean template repo (v1.0.0, then v2.0.0 removing tokenizer.py) serves the "no
+data loss, no tracebacks" cases: each asserts the exit code, the one-line message, and that
+nothing else in the package changed.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import copier
@@ -22,8 +27,11 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
+import scaffold
+import scaffold.update as update_mod
 from scaffold.migrations.rename_config_key import main as rename_main
 from scaffold.migrations.rename_config_key import rename_key
+from scaffold.template_source import dirty_template_files, record_source, recorded_source
 from scaffold.update_cmd import check_update, update
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,6 +39,8 @@ PKG = "demo"
 GRAPH = f"src/{PKG}/graph.py"
 EXT = f"src/{PKG}/extensions.py"
 CONFIG = f"config/{PKG}.yaml"
+TOKENIZER = f"src/{PKG}/tokenizer.py"
+ANSWERS = ".copier-answers.yml"
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
     "GIT_AUTHOR_EMAIL": "t@example.invalid",
@@ -73,6 +83,32 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+def make_template(tpl: Path, tag: str = "v1.0.0") -> Path:
+    """A template git repo: this repository's copier.yml, templates/ and migrations, tagged."""
+    tpl.mkdir(parents=True)
+    shutil.copy(REPO / "copier.yml", tpl / "copier.yml")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "templates", tpl / "templates", ignore=ignore)
+    shutil.copytree(REPO / "scaffold/migrations", tpl / "scaffold/migrations", ignore=ignore)
+    git(tpl, "init", "-q")
+    git(tpl, "add", "-A")
+    git(tpl, "commit", "-qm", tag)
+    git(tpl, "tag", tag)
+    return tpl
+
+
+def commit_package(pkg: Path, message: str = "rendered") -> Path:
+    git(pkg, "init", "-q")
+    git(pkg, "add", "-A")
+    git(pkg, "commit", "-qm", message)
+    return pkg
+
+
+def render_package(src: Path, pkg: Path, ref: str | None = "v1.0.0") -> Path:
+    copier.run_copy(str(src), pkg, data={"model_name": PKG}, vcs_ref=ref, defaults=True, quiet=True)
+    return commit_package(pkg)
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """(template repo, committed v1 package with the user's edits), built once."""
@@ -80,16 +116,7 @@ def world(tmp_path_factory):
         for key, value in GIT_ENV.items():
             mp.setenv(key, value)
         root = tmp_path_factory.mktemp("update")
-        tpl = root / "template"
-        tpl.mkdir()
-        shutil.copy(REPO / "copier.yml", tpl / "copier.yml")
-        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-        shutil.copytree(REPO / "templates", tpl / "templates", ignore=ignore)
-        shutil.copytree(REPO / "scaffold/migrations", tpl / "scaffold/migrations", ignore=ignore)
-        git(tpl, "init", "-q")
-        git(tpl, "add", "-A")
-        git(tpl, "commit", "-qm", "v1")
-        git(tpl, "tag", "v1.0.0")
+        tpl = make_template(root / "template")
 
         model = tpl / "templates/model"
         edit(model / "src/{{ model_name }}/graph.py", V1_DOC, V2_DOC)
@@ -104,13 +131,7 @@ def world(tmp_path_factory):
         git(tpl, "commit", "-qam", "v2")
         git(tpl, "tag", "v2.0.0")
 
-        pkg = root / "pristine"
-        copier.run_copy(
-            str(tpl), pkg, data={"model_name": PKG}, vcs_ref="v1.0.0", defaults=True, quiet=True
-        )
-        git(pkg, "init", "-q")
-        git(pkg, "add", "-A")
-        git(pkg, "commit", "-qm", "rendered v1")
+        pkg = render_package(tpl, root / "pristine")
         # The user's edits: one per ownership case.
         edit(pkg / "README.md", V1_PIP, USER_PIP)  # overlaps v2's change -> conflict
         (pkg / GRAPH).write_text((pkg / GRAPH).read_text() + USER_TAIL)  # far from v2's change
@@ -118,6 +139,18 @@ def world(tmp_path_factory):
         edit(pkg / EXT, "    return {}\n", "    return {\n" + USER_EXT + "    }\n")  # user-owned
         git(pkg, "commit", "-qam", "user edits")
         yield tpl, pkg
+
+
+def make_invoke():
+    app = typer.Typer()
+    app.command("update")(update)
+    app.command("check-update")(check_update)
+    runner = CliRunner(env={"COLUMNS": "200", "TERMINAL_WIDTH": "200"})
+
+    def invoke(*args: str, input: str | None = None):
+        return runner.invoke(app, [str(a) for a in args], input=input)
+
+    return invoke
 
 
 @pytest.fixture
@@ -128,15 +161,43 @@ def env(world, tmp_path, monkeypatch):
     tpl, pristine = world
     pkg = tmp_path / PKG
     shutil.copytree(pristine, pkg, symlinks=True)
-    app = typer.Typer()
-    app.command("update")(update)
-    app.command("check-update")(check_update)
-    runner = CliRunner(env={"COLUMNS": "200", "TERMINAL_WIDTH": "200"})
+    return tpl, pkg, make_invoke()
 
-    def invoke(*args: str, input: str | None = None):
-        return runner.invoke(app, [str(a) for a in args], input=input)
 
-    return tpl, pkg, invoke
+@pytest.fixture(scope="module")
+def lean_world(tmp_path_factory):
+    """(template repo whose v2.0.0 only removes tokenizer.py, committed v1.0.0 package)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in GIT_ENV.items():
+            mp.setenv(key, value)
+        root = tmp_path_factory.mktemp("lean")
+        tpl = make_template(root / "template")
+        git(tpl, "rm", "-q", "templates/model/src/{{ model_name }}/tokenizer.py")
+        git(tpl, "commit", "-qm", "v2: no tokenizer.py")
+        git(tpl, "tag", "v2.0.0")
+        yield tpl, render_package(tpl, root / "pristine")
+
+
+@pytest.fixture
+def lean(lean_world, tmp_path, monkeypatch):
+    """A fresh copy of the lean v1 package (own template: no trust question), the app."""
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    tpl, pristine = lean_world
+    monkeypatch.setattr("scaffold.update.template_root", lambda: tpl)
+    pkg = tmp_path / PKG
+    shutil.copytree(pristine, pkg, symlinks=True)
+    return tpl, pkg, make_invoke()
+
+
+def status(pkg: Path) -> set[str]:
+    """`git status --porcelain` lines: what the command changed in the package."""
+    return set(git(pkg, "status", "--porcelain", "--untracked-files=all").splitlines())
+
+
+def one_line(text: str) -> str:
+    assert text.count("\n") == 1 and text.endswith("\n"), text
+    return text
 
 
 def answers(pkg: Path) -> dict:
@@ -146,6 +207,7 @@ def answers(pkg: Path) -> dict:
 def test_update_to_v2_keeps_user_edits_and_marks_the_overlap(env, monkeypatch):
     tpl, pkg, invoke = env
     monkeypatch.setattr("scaffold.update.template_root", lambda: tpl)  # "our own" template
+    monkeypatch.setattr("scaffold.update_cmd._interactive", lambda: True)  # answers on stdin
     before = answers(pkg)
     ext_before = (pkg / EXT).read_text()
 
@@ -192,12 +254,15 @@ def test_update_to_v2_keeps_user_edits_and_marks_the_overlap(env, monkeypatch):
     assert (pkg / EXT).read_text() == ext_before
     config = (pkg / CONFIG).read_text()
     assert "  max_decode_steps: 64  # longer runs\n" in config
-    assert "max_new_tokens" not in config
+    assert "max_new_tokens:" not in config  # the key is renamed (comments may mention it)
     assert f"changed   {CONFIG}" in result.stdout
 
-    # Unresolved: check-update says so. Resolve (keep the user's line), commit.
+    # Unresolved: check-update says so (exit 1), update refuses (exit 2). Resolve (keep the
+    # user's line), commit.
     result = invoke("check-update", pkg)
-    assert result.exit_code == 0 and "unresolved update conflicts in README.md" in result.stderr
+    assert result.exit_code == 1 and "unresolved update conflicts in README.md" in result.stderr
+    result = invoke("update", pkg, "--vcs-ref", "v2.0.0")
+    assert result.exit_code == 2 and "unresolved conflicts" in one_line(result.stderr)
     lines = readme.splitlines(keepends=True)
     start = lines.index("<<<<<<< before updating\n")
     end = next(i for i, line in enumerate(lines) if line.startswith(">>>>>>> after updating"))
@@ -266,3 +331,220 @@ def test_rename_config_key_keeps_comments_and_is_idempotent(tmp_path, monkeypatc
     assert rename_main(["scheduler_config.max_new_tokens", "scheduler_config.steps"]) == 0
     assert rename_main(["nodots", "x.y"]) == 2
     assert (tmp_path / "config/a.yaml").read_text() == new
+
+
+# --- no data loss, no tracebacks -------------------------------------------------------------
+
+
+def test_removed_upstream_file_edited_here_is_kept_as_a_conflict(lean):
+    _tpl, pkg, invoke = lean
+    mine = (pkg / TOKENIZER).read_text() + "\n\ndef my_tokenizer_tweak() -> None:\n    pass\n"
+    (pkg / TOKENIZER).write_text(mine)
+    git(pkg, "commit", "-qam", "user edit of a file v2 removes")
+
+    result = invoke("update", pkg, "--defaults")
+    assert result.exit_code == 1, result.output
+    assert f"  conflict  {TOKENIZER}  (removed upstream, edited here: kept)\n" in result.stdout
+    assert "2 file(s) changed, 1 conflict(s)" in result.stdout
+    assert "were kept: git add to keep, or git rm to drop; then commit" in one_line(result.stderr)
+    assert (pkg / TOKENIZER).read_text() == mine  # nothing lost
+    assert answers(pkg)["_commit"] == "v2.0.0"
+    # Nothing else changed; the kept file is unmerged ("deleted by them"), so it cannot be
+    # committed unnoticed and the next update refuses until it is resolved.
+    assert status(pkg) == {f" M {ANSWERS}", f"UD {TOKENIZER}"}
+    result = invoke("update", pkg, "--defaults")
+    assert result.exit_code == 2 and TOKENIZER in one_line(result.stderr)
+
+    git(pkg, "add", TOKENIZER, ANSWERS)  # keep it
+    git(pkg, "commit", "-qm", "update to v2, keeping my tokenizer")
+    result = invoke("check-update", pkg)
+    assert result.exit_code == 0 and not result.stderr, result.output
+
+
+def test_removed_upstream_file_not_edited_is_deleted(lean):
+    _tpl, pkg, invoke = lean
+    result = invoke("update", pkg, "--defaults")
+    assert result.exit_code == 0, result.output
+    assert f"  changed   {TOKENIZER}\n" in result.stdout and "0 conflict(s)" in result.stdout
+    assert not result.stderr
+    assert status(pkg) == {f" M {ANSWERS}", f" D {TOKENIZER}"}
+
+
+@pytest.mark.parametrize("leftover", ["README.md", "README.md.rej"])
+def test_update_refuses_committed_conflict_leftovers(lean, leftover):
+    _tpl, pkg, invoke = lean
+    markers = "<<<<<<< before updating\nmine\n=======\ntheirs\n>>>>>>> after updating\n"
+    path = pkg / leftover
+    path.write_text((path.read_text() if path.exists() else "") + markers)
+    git(pkg, "add", "-A")
+    git(pkg, "commit", "-qm", "oops: git commit -a with conflicts")
+    head = git(pkg, "rev-parse", "HEAD")
+
+    result = invoke("update", pkg, "--defaults")
+    assert result.exit_code == 2, result.output
+    assert one_line(result.stderr).startswith(
+        f"error: {pkg} has unresolved conflicts from an earlier update in {leftover}: "
+    )
+    assert status(pkg) == set() and git(pkg, "rev-parse", "HEAD") == head
+
+    result = invoke("check-update", pkg)
+    assert result.exit_code == 1, result.output
+    assert "update available" in result.stdout  # still reported
+    assert one_line(result.stderr).startswith(f"error: unresolved update conflicts in {leftover}:")
+    assert status(pkg) == set()
+
+
+def _point_answers(pkg: Path, key: str, value: str) -> None:
+    path = pkg / ANSWERS
+    data = yaml.safe_load(path.read_text())
+    path.write_text(path.read_text().replace(f"{key}: {data[key]}\n", f"{key}: {value}\n"))
+    git(pkg, "commit", "-qam", f"point {key} at {value}")
+
+
+@pytest.mark.parametrize("kind", ["plain copy", "bare without .git"])
+def test_src_path_that_copier_cannot_read_as_git(lean, tmp_path, kind):
+    tpl, pkg, invoke = lean
+    if kind == "plain copy":  # e.g. an installed template, or a copy without .git
+        src = tmp_path / "copy"
+        shutil.copytree(tpl, src, ignore=shutil.ignore_patterns(".git"))
+        expected = f"error: template source {src} (from _src_path) is not a git repository, "
+    else:
+        src = tmp_path / "bare"
+        git(tmp_path, "clone", "-q", "--bare", str(tpl), str(src))
+        expected = f"error: template repository {src} (from _src_path) is a bare repository "
+    _point_answers(pkg, "_src_path", str(src))
+
+    result = invoke("update", pkg, "--defaults")
+    assert result.exit_code == 2, result.output
+    assert one_line(result.stderr).startswith(expected)
+    assert "uncommitted template changes" not in result.stderr
+    assert status(pkg) == set()
+
+
+@pytest.mark.parametrize(
+    ("commit", "expected"),
+    [
+        ("v1.0.0-3-gdeadbee", "commit deadbee is not there"),
+        ("v0.9.0", "no such tag or commit there"),
+    ],
+)
+def test_commit_unknown_in_the_template_repository(lean, commit, expected):
+    tpl, pkg, invoke = lean
+    _point_answers(pkg, "_commit", commit)
+    result = invoke("update", pkg, "--defaults")
+    assert result.exit_code == 2, result.output
+    message = one_line(result.stderr)
+    assert message.startswith(
+        f"error: _commit {commit} in {pkg / ANSWERS} is unknown in the template repository {tpl}: "
+    )
+    assert expected in message and f"git -C {tpl} fetch --tags" in message
+    assert status(pkg) == set()
+
+
+def test_unknown_vcs_ref_names_the_tags(lean):
+    tpl, pkg, invoke = lean
+    result = invoke("update", pkg, "--defaults", "--vcs-ref", "nosuchtag")
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"error: template ref 'nosuchtag' not found in {tpl} (tags: v1.0.0, v2.0.0)\n"
+    )
+    assert status(pkg) == set()
+
+
+def test_without_a_terminal_update_names_only_the_questions_that_apply(env):
+    _tpl, pkg, invoke = env  # v2 adds profile_dir; the 8 rope_* do not apply (rope none)
+    result = invoke("update", pkg, "--trust")  # CliRunner's stdin is no terminal
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        "error: template v2.0.0 asks new question(s) profile_dir, and no terminal is attached "
+        "to ask them; pass --defaults to answer them with their defaults, or run in a terminal\n"
+    )
+    assert not result.stdout
+    assert status(pkg) == set()
+
+
+def test_update_reads_the_package_and_the_remote_once(env, monkeypatch):
+    tpl, pkg, invoke = env
+    monkeypatch.setattr("scaffold.update.template_root", lambda: tpl)
+    calls: Counter[str] = Counter()
+    names = ("read_package", "require_clean_git", "_ls_remote", "template_file")
+
+    def counting(name, real):
+        def counted(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return counted
+
+    for name in names:
+        monkeypatch.setattr(update_mod, name, counting(name, getattr(update_mod, name)))
+    result = invoke("update", pkg, "--defaults")
+    assert result.exit_code == 1, result.output  # v2's README conflict
+    assert "v1.0.0 -> v2.0.0" in result.stdout
+    assert calls == dict.fromkeys(names, 1)
+
+
+# --- packages rendered by a wheel-installed CLI, or from a dirty checkout ----------------------
+
+
+def test_package_rendered_from_an_installed_template_updates_from_its_repository(
+    tmp_path, monkeypatch
+):
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    tpl = make_template(tmp_path / "template", tag="v0.2.0")
+    wheel = tmp_path / "site-packages/scaffold/_template"  # as packed by pyproject's force-include
+    wheel.mkdir(parents=True)
+    shutil.copy(tpl / "copier.yml", wheel / "copier.yml")
+    shutil.copytree(tpl / "templates", wheel / "templates")
+    edit(tpl / "templates/model/src/{{ model_name }}/graph.py", V1_DOC, V2_DOC)
+    git(tpl, "commit", "-qam", "v0.3.0")
+    git(tpl, "tag", "v0.3.0")
+    remote = tmp_path / "remote/ascend-scaffold.git"  # a local bare repo stands in for the URL
+    git(tmp_path, "clone", "-q", "--bare", str(tpl), str(remote))
+
+    monkeypatch.setattr("scaffold.template_source.template_root", lambda: wheel)
+    monkeypatch.setattr(scaffold, "__version__", "0.2.0")
+    monkeypatch.setenv("ASCEND_SCAFFOLD_TEMPLATE_URL", str(remote))
+    pkg = tmp_path / PKG
+    # What render.py does: render the (non-git) template, then record the repository.
+    copier.run_copy(str(wheel), pkg, data={"model_name": PKG}, defaults=True, quiet=True)
+    source = recorded_source()
+    assert source == (str(remote), "v0.2.0")
+    record_source(pkg / ANSWERS, *source)
+    commit_package(pkg)
+    assert (answers(pkg)["_src_path"], answers(pkg)["_commit"]) == (str(remote), "v0.2.0")
+
+    invoke = make_invoke()
+    result = invoke("update", pkg, "--defaults")
+    assert result.exit_code == 0, result.output
+    assert "template v0.2.0 -> v0.3.0, 2 file(s) changed, 0 conflict(s)" in result.stdout
+    assert f"  changed   {GRAPH}\n" in result.stdout and not result.stderr
+    assert V2_DOC in (pkg / GRAPH).read_text()
+    assert status(pkg) == {f" M {ANSWERS}", f" M {GRAPH}"}
+    assert answers(pkg)["_commit"] == "v0.3.0"
+
+
+def test_render_from_a_checkout_dirty_outside_the_template_records_a_real_commit(
+    tmp_path, monkeypatch
+):
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    tpl = make_template(tmp_path / "template")
+    (tpl / "NOTES.md").write_text("work in progress, not part of the template\n")
+    (tpl / "scaffold/migrations/rename_config_key.py").write_text("# being rewritten\n")
+    monkeypatch.setattr("scaffold.template_source.template_root", lambda: tpl)
+    assert dirty_template_files(tpl) == []  # the render equals HEAD's
+    pkg = tmp_path / PKG
+    with pytest.warns(UserWarning, match="Dirty template"):  # as render.py renders: HEAD
+        copier.run_copy(
+            str(tpl), pkg, data={"model_name": PKG}, vcs_ref="HEAD", quiet=True, defaults=True
+        )
+    assert answers(pkg)["_commit"] != "v1.0.0"  # copier's throwaway commit
+    record_source(pkg / ANSWERS, *recorded_source())
+    commit_package(pkg)
+    assert answers(pkg)["_commit"] == "v1.0.0"
+
+    result = make_invoke()("check-update", pkg)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{pkg} is up to date (template v1.0.0)\n" and not result.stderr
