@@ -28,6 +28,7 @@ class Question:
     default: Any
     choices: tuple[str, ...] = ()
     when: bool | str = True  # copier's `when`: a bool or a Jinja condition on earlier answers
+    validator: str = ""  # copier's `validator`: Jinja rendering to an error message, or empty
 
     @property
     def asked(self) -> bool:
@@ -46,7 +47,7 @@ class Question:
 
     def default_for(self, answers: dict[str, Any]) -> Any:
         """The default, rendered against earlier answers when it is a Jinja expression."""
-        if isinstance(self.default, str) and "{{" in self.default:
+        if _is_template(self.default):
             try:
                 rendered = _render(self.default, answers)
             except (jinja2.TemplateError, ArithmeticError, TypeError) as exc:
@@ -81,6 +82,16 @@ class Question:
             raise UserError(f"{self.name} must be one of {', '.join(self.choices)}, got {result!r}")
         return result
 
+    def problem(self, answers: dict[str, Any]) -> str | None:
+        """What this question's validator says about `answers`, as copier evaluates it."""
+        if not self.validator:
+            return None
+        try:
+            message = _render(self.validator, answers).strip()
+        except (jinja2.TemplateError, ArithmeticError, TypeError) as exc:
+            return f"{self.name}: cannot check {self.name} against these answers ({exc})"
+        return message or None
+
     def when_in_words(self, answers: dict[str, Any]) -> str:
         """`when` as a sentence: "rope_scaling is not 'none' (here it is 'none')"."""
         return describe_condition(str(self.when), answers)
@@ -96,6 +107,10 @@ _CONDITION = re.compile(r"^\{\{\s*(?P<name>\w+)\s+(?P<op>==|!=|in|not in)\s+(?P<
 _OPS = {"==": "is", "!=": "is not", "in": "is", "not in": "is not"}
 
 
+def _is_template(value: Any) -> bool:
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
 def describe_condition(condition: str, answers: dict[str, Any]) -> str:
     """A copier `when` of the simple forms the interview uses, said in words."""
     match = _CONDITION.match(condition.strip())
@@ -108,9 +123,26 @@ def describe_condition(condition: str, answers: dict[str, Any]) -> str:
     return f"{name} {_OPS[op]} {value}{here}"
 
 
+@cache
+def _environment() -> jinja2.Environment:
+    """copier's own: sandboxed, with the Ansible filters its templates may use
+    (`regex_search`, ...); undefined names raise instead of rendering empty."""
+    from jinja2.sandbox import SandboxedEnvironment
+
+    return SandboxedEnvironment(
+        extensions=["jinja2_ansible_filters.AnsibleCoreFiltersExtension"],
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+
+
+@cache
+def _compiled(template: str) -> jinja2.Template:
+    return _environment().from_string(template)
+
+
 def _render(template: str, answers: dict[str, Any]) -> str:
-    environment = jinja2.Environment(undefined=jinja2.StrictUndefined)
-    return environment.from_string(template).render(**answers)
+    return _compiled(template).render(**answers)
 
 
 @cache
@@ -141,9 +173,14 @@ def load_questions(root: Path | None = None) -> tuple[Question, ...]:
                 default=spec.get("default"),
                 choices=tuple(spec.get("choices", ())),
                 when=spec.get("when", True),
+                validator=spec.get("validator", ""),
             )
         )
     return tuple(questions)
+
+
+def question(name: str) -> Question:
+    return next(q for q in load_questions() if q.name == name)
 
 
 def asked_questions() -> tuple[Question, ...]:

@@ -14,11 +14,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .errors import UserError
-from .questions import asked_questions
+from .questions import asked_questions, question
 
-EXE_MODES = ("eager", "npugraph_ex", "ge_graph")
-FA_INTERFACES = ("torch_npu", "torchair")
-ROPE_SCALINGS = ("none", "linear", "llama3", "yarn")
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 MAX_NAME_LEN = 64
@@ -36,20 +33,6 @@ ECOSYSTEM_NAMES = frozenset(
         "scaffold", "ascend_scaffold", "conftest", "tests", "src", "build", "dist", "docs",
     }
 )  # fmt: skip
-# Upper bounds on sizes: far above any released dense decoder, low enough that a typo
-# (an extra three zeros) is caught here instead of as a petabyte allocation later.
-LIMITS = {
-    "vocab_size": 2_097_152,
-    "hidden_size": 65_536,
-    "num_hidden_layers": 1_024,
-    "num_attention_heads": 1_024,
-    "num_key_value_heads": 1_024,
-    "head_dim": 1_024,
-    "intermediate_size": 524_288,
-    "max_seq_len": 1_048_576,
-    "batch_size": 4_096,
-    "rope_original_max_position_embeddings": 1_048_576,
-}
 MAX_MEMORY_BYTES = 2**40  # weights + KV cache on the one device this package runs on
 
 
@@ -87,9 +70,9 @@ class ModelSpec:
 
     @property
     def enable_dynamic_graph(self) -> bool:
-        """The seed's FA table: host List[int] lengths need dynamic=True under npugraph_ex
-        (SymInt lengths, one graph); ge_graph with torchair's Tensor lengths compiles static."""
-        return self.exe_mode == "npugraph_ex" and self.fa_interface == "torch_npu"
+        """copier.yml's computed value (the seed's FA table): host List[int] lengths need
+        dynamic=True under npugraph_ex; torchair's Tensor lengths compile static."""
+        return question("enable_dynamic_graph").default_for(self.answers())
 
     @property
     def parameter_count(self) -> int:
@@ -131,24 +114,15 @@ def gib(n_bytes: int) -> str:
     return f"{n_bytes / 2**30:.2f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.1f} MiB"
 
 
-# --- rules -------------------------------------------------------------------------------------
+# --- rules ---------------------------------------------------------------------------------
+# The graph-mode and range rules are copier.yml's validators (questions.Question.problem).
+# Here only what Jinja cannot say: names that shadow installed modules, and memory.
 
 
 @dataclass(frozen=True)
 class Rule:
     fields: tuple[str, ...]  # the answers it reads
     check: Callable[[Mapping[str, Any]], str | None]  # the error message, or None
-
-
-RULES: list[Rule] = []
-
-
-def rule(*fields: str):
-    def register(check: Callable[[Mapping[str, Any]], str | None]):
-        RULES.append(Rule(fields, check))
-        return check
-
-    return register
 
 
 def name_problem(name: str) -> str | None:
@@ -169,174 +143,6 @@ def name_problem(name: str) -> str | None:
     return None
 
 
-rule("model_name")(lambda a: name_problem(a["model_name"]))
-
-
-def _bounded(name: str) -> None:
-    limit = LIMITS[name]
-
-    @rule(name)
-    def check(a: Mapping[str, Any]) -> str | None:
-        if a[name] < 1:
-            return f"{name} must be >= 1, got {a[name]}"
-        if a[name] > limit:
-            return f"{name} must be <= {limit:,}, got {a[name]:,}"
-        return None
-
-
-for _name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"):
-    _bounded(_name)
-
-
-@rule("num_attention_heads", "num_key_value_heads")
-def _gqa(a: Mapping[str, Any]) -> str | None:
-    heads, kv_heads = a["num_attention_heads"], a["num_key_value_heads"]
-    if kv_heads < 1 or heads % kv_heads:
-        return (
-            f"num_attention_heads ({heads}) must be divisible by num_key_value_heads ({kv_heads})"
-        )
-    return None
-
-
-@rule("head_dim")
-def _head_dim(a: Mapping[str, Any]) -> str | None:
-    head_dim = a["head_dim"]
-    if head_dim < 2 or head_dim % 2:
-        return f"head_dim must be an even number >= 2 (RoPE rotates halves), got {head_dim}"
-    if head_dim > LIMITS["head_dim"]:
-        return f"head_dim must be <= {LIMITS['head_dim']:,}, got {head_dim:,}"
-    return None
-
-
-_bounded("intermediate_size")
-
-
-def _positive_float(name: str, below: float | None = None) -> None:
-    @rule(name)
-    def check(a: Mapping[str, Any]) -> str | None:
-        if a[name] <= 0:
-            return f"{name} must be > 0, got {a[name]}"
-        if below is not None and a[name] >= below:
-            return f"{name} must be < {below}, got {a[name]}"
-        return None
-
-
-@rule("rope_theta")
-def _rope_theta(a: Mapping[str, Any]) -> str | None:
-    if a["rope_theta"] <= 1:
-        theta = a["rope_theta"]
-        return f"rope_theta must be > 1 (RoPE's base; 1 makes every frequency equal), got {theta}"
-    return None
-
-
-@rule("rope_scaling", "rope_scaling_factor")
-def _scaling_factor(a: Mapping[str, Any]) -> str | None:
-    kind, factor = a["rope_scaling"], a["rope_scaling_factor"]
-    if kind not in ROPE_SCALINGS:
-        return f"rope_scaling must be one of {', '.join(ROPE_SCALINGS)}, got {kind!r}"
-    if kind == "none":
-        return None
-    if factor <= 0:
-        return f"rope_scaling_factor must be > 0, got {factor}"
-    if kind == "yarn" and factor < 1:
-        return f"yarn rope_scaling_factor must be >= 1 (YaRN extends the context), got {factor}"
-    return None
-
-
-@rule("rope_scaling", "rope_low_freq_factor", "rope_high_freq_factor")
-def _llama3_bands(a: Mapping[str, Any]) -> str | None:
-    if a["rope_scaling"] != "llama3":
-        return None
-    low, high = a["rope_low_freq_factor"], a["rope_high_freq_factor"]
-    if low <= 0:
-        return f"rope_low_freq_factor must be > 0, got {low}"
-    if high <= low:
-        return f"rope_high_freq_factor ({high}) must be > rope_low_freq_factor ({low})"
-    return None
-
-
-@rule("rope_scaling", "rope_original_max_position_embeddings")
-def _original_context(a: Mapping[str, Any]) -> str | None:
-    if a["rope_scaling"] not in ("llama3", "yarn"):
-        return None
-    name, limit = (
-        "rope_original_max_position_embeddings",
-        LIMITS["rope_original_max_position_embeddings"],
-    )
-    if not 1 <= a[name] <= limit:
-        return f"{name} must be in [1, {limit:,}], got {a[name]:,}"
-    return None
-
-
-@rule("rope_scaling", "rope_beta_fast", "rope_beta_slow", "rope_attention_factor")
-def _yarn(a: Mapping[str, Any]) -> str | None:
-    if a["rope_scaling"] != "yarn":
-        return None
-    fast, slow = a["rope_beta_fast"], a["rope_beta_slow"]
-    if fast <= 0:
-        return f"rope_beta_fast must be > 0, got {fast}"
-    if slow <= 0:
-        return f"rope_beta_slow must be > 0, got {slow}"
-    if slow > fast:
-        return f"rope_beta_slow ({slow}) must be <= rope_beta_fast ({fast})"
-    if a["rope_attention_factor"] < 0:
-        return f"rope_attention_factor must be >= 0 (0: derived), got {a['rope_attention_factor']}"
-    return None
-
-
-_positive_float("rms_norm_eps", below=1.0)
-
-
-@rule("max_seq_len")
-def _max_seq_len(a: Mapping[str, Any]) -> str | None:
-    if a["max_seq_len"] < 3:  # a prompt token and two decode steps
-        length = a["max_seq_len"]
-        return f"max_seq_len must be >= 3 (a prompt token and two decode steps), got {length}"
-    if a["max_seq_len"] > LIMITS["max_seq_len"]:
-        return f"max_seq_len must be <= {LIMITS['max_seq_len']:,}, got {a['max_seq_len']:,}"
-    return None
-
-
-@rule("exe_mode", "fa_interface")
-def _fa_interface(a: Mapping[str, Any]) -> str | None:
-    mode, fa = a["exe_mode"], a["fa_interface"]
-    if mode not in EXE_MODES:
-        return f"exe_mode must be one of {', '.join(EXE_MODES)}, got {mode!r}"
-    if fa not in FA_INTERFACES:
-        return f"fa_interface must be one of {', '.join(FA_INTERFACES)}, got {fa!r}"
-    if fa == "torchair" and mode != "ge_graph":
-        return (
-            f"fa_interface=torchair (Tensor lengths) runs only in ge_graph mode, not {mode}; "
-            "use fa_interface=torch_npu"
-        )
-    if fa == "torch_npu" and mode == "ge_graph":
-        return (
-            "ge_graph compiles with dynamic=False, so List[int] lengths from "
-            "fa_interface=torch_npu would recompile every decode step; use fa_interface=torchair"
-        )
-    return None
-
-
-_bounded("batch_size")
-
-
-@rule("exe_mode", "enable_static_kernel")
-def _static_kernel(a: Mapping[str, Any]) -> str | None:
-    if a["enable_static_kernel"] and a["exe_mode"] != "npugraph_ex":
-        return (
-            f"enable_static_kernel is supported only with exe_mode=npugraph_ex, not {a['exe_mode']}"
-        )
-    return None
-
-
-_MEMORY_FIELDS = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "intermediate_size", "attention_bias", "qk_norm",
-    "tie_word_embeddings", "max_seq_len", "dtype", "batch_size",
-)  # fmt: skip
-
-
-@rule(*_MEMORY_FIELDS)
 def _memory(a: Mapping[str, Any]) -> str | None:
     weights = parameter_count(a) * DTYPE_BYTES[a["dtype"]]
     cache = kv_cache_bytes(a)
@@ -349,8 +155,23 @@ def _memory(a: Mapping[str, Any]) -> str | None:
     return None
 
 
+_MEMORY_FIELDS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "intermediate_size", "attention_bias", "qk_norm",
+    "tie_word_embeddings", "max_seq_len", "dtype", "batch_size",
+)  # fmt: skip
+RULES = (
+    Rule(("model_name",), lambda a: name_problem(a["model_name"])),
+    Rule(_MEMORY_FIELDS, _memory),
+)
+
+
 def check_answered(answers: Mapping[str, Any], name: str) -> None:
-    """Check every rule that reads `name` and whose answers are all known now."""
+    """Check the rules that `name`'s answer decides, given the answers before it: its
+    copier.yml validator, then the rules here whose answers are all known now."""
+    message = question(name).problem(dict(answers))
+    if message:
+        raise UserError(message)
     for item in RULES:
         if name in item.fields and all(f in answers for f in item.fields):
             message = item.check(answers)
@@ -359,16 +180,18 @@ def check_answered(answers: Mapping[str, Any], name: str) -> None:
 
 
 def validate(answers: dict[str, Any]) -> ModelSpec:
-    """Check every rule in a fixed order; the first broken one raises UserError."""
-    known = {q.name for q in asked_questions()}
-    missing = sorted(known - set(answers))
+    """Check every rule in question order (as the interview does); the first broken one
+    raises UserError."""
+    asked = asked_questions()
+    missing = sorted({q.name for q in asked} - set(answers))
     if missing:
         raise UserError(f"missing answer(s): {', '.join(missing)}")
-    for item in RULES:
-        message = item.check(answers)
-        if message:
-            raise UserError(message)
-    unknown = sorted(str(name) for name in set(answers) - known)
+    so_far: dict[str, Any] = {}
+    for item in asked:
+        so_far[item.name] = answers[item.name]
+        if item.applies(so_far):
+            check_answered(so_far, item.name)
+    unknown = sorted(str(name) for name in set(answers) - set(so_far))
     if unknown:
         raise UserError(f"unknown answer(s): {', '.join(unknown)}")
-    return ModelSpec(**{name: answers[name] for name in known})
+    return ModelSpec(**so_far)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .questions import question
 from .render import BACKUP_DIR, Placement
 from .spec import ModelSpec, gib
 
@@ -10,17 +11,6 @@ _MODES = {
     "npugraph_ex": "prefill eager; decode captured once and replayed as an aclgraph (npugraph_ex)",
     "ge_graph": "prefill eager; decode compiled to a static GE graph (torchair, Ascend IR)",
 }
-
-
-def dynamic_reason(spec: ModelSpec) -> str:
-    if spec.exe_mode == "npugraph_ex" and spec.fa_interface == "torch_npu":
-        return (
-            "true: torch_npu's attention takes host List[int] lengths that change every step; "
-            "with dynamic=True they are SymInts and one decode graph serves every step"
-        )
-    if spec.exe_mode == "ge_graph":
-        return "false: torchair's attention takes Tensor lengths, so the decode graph is static"
-    return "false: eager mode compiles nothing"
 
 
 def fused_ops(spec: ModelSpec) -> list[str]:
@@ -39,7 +29,8 @@ def fused_ops(spec: ModelSpec) -> list[str]:
 
 
 def design_summary(spec: ModelSpec, placement: Placement) -> str:
-    s = spec
+    s, answers = spec, spec.answers()
+    answers["enable_dynamic_graph"] = spec.enable_dynamic_graph
     lines = [
         f"design summary for {s.model_name}:",
         f"  model       {s.num_hidden_layers} layers, hidden {s.hidden_size}, "
@@ -48,7 +39,8 @@ def design_summary(spec: ModelSpec, placement: Placement) -> str:
         f"  weights     {s.parameter_count / 1e6:,.1f} M parameters, {gib(s.weight_bytes)} "
         f"in {s.dtype}",
         f"  exe_mode    {s.exe_mode}: {_MODES[s.exe_mode]}",
-        f"  attention   fa_interface={s.fa_interface}; enable_dynamic_graph {dynamic_reason(s)}",
+        f"  attention   fa_interface={s.fa_interface}; enable_dynamic_graph "
+        f"{str(s.enable_dynamic_graph).lower()}: {question('dynamic_reason').default_for(answers)}",
         f"  NPU ops     {', '.join(fused_ops(s))}",
         f"  KV cache    BNSD ({s.batch_size}, {s.num_key_value_heads}, {s.max_seq_len:,}, "
         f"{s.head_dim}) x K,V x {s.num_hidden_layers} layers, preallocated, written in place: "
