@@ -50,6 +50,8 @@ def test_rendered_code_is_ruff_clean(tmp_path):
         render_answers(tmp_path / "yarn", model_name="yarn", rope_scaling="yarn"),
         render_answers(tmp_path / "ge", model_name="ge", exe_mode="ge_graph"),
         render_answers(tmp_path / "eager", model_name="eager", exe_mode="eager"),
+        render_answers(tmp_path / "long", model_name="a_model_name_of_forty_characters_for_ruff"),
+        render_answers(tmp_path / "longest", model_name="m" * 64, rope_scaling="yarn"),
         EXAMPLES_DIR,
     ]
     for root in roots:
@@ -63,12 +65,26 @@ def test_rendered_code_is_ruff_clean(tmp_path):
 
 
 def test_only_the_chosen_architecture_is_rendered(tmp_path):
-    plain = (render_answers(tmp_path / "a") / "src/llama_tiny/modeling.py").read_text()
+    plain_root = render_answers(tmp_path / "a")
+    plain = (plain_root / "src/llama_tiny/layers/attention.py").read_text()
     qwen3 = render_answers(tmp_path / "b", model_name="q3", qk_norm=True, attention_bias=True)
-    qwen3_text = (qwen3 / "src/q3/modeling.py").read_text()
+    qwen3_text = (qwen3 / "src/q3/layers/attention.py").read_text()
     assert "q_norm" not in plain and "bias=False)" in plain
     assert "self.q_norm = RMSNorm" in qwen3_text
     assert "sum(self.qkv_sizes), bias=True)" in qwen3_text
+
+
+@pytest.mark.parametrize("kind", ["none", "linear", "llama3", "yarn"])
+def test_only_the_chosen_rope_scaling_is_rendered(tmp_path, kind):
+    root = render_answers(tmp_path / "p", rope_scaling=kind)
+    layers = sorted(p.name for p in (root / "src/llama_tiny/layers").iterdir())
+    expected = ["__init__.py", "attention.py", "mlp.py", "norm.py", "rope.py"]
+    if kind != "none":
+        expected = sorted([*expected, f"rope_{kind}.py"])
+    assert layers == expected
+    package_text = "\n".join(p.read_text() for p in (root / "src").rglob("*.py"))
+    for other in {"linear", "llama3", "yarn"} - {kind}:
+        assert f"rope_{other}" not in package_text
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 PORTABLE_BACKENDS = ("aot_eager", "inductor", "eager")
 
-# The seed's recommended npugraph_ex options for LLM decode, plus cann-recipes-infer's.
+# npugraph_ex options for LLM decode: the option keys torch_npu's npugraph_ex config accepts
+# (torch_npu/dynamo/npugraph_ex/), with frozen_parameter as cann-recipes-infer's model runners set.
 NPUGRAPH_EX_OPTIONS = {
     "inplace_pass": True,
     "input_inplace_pass": True,
