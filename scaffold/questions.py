@@ -157,31 +157,37 @@ def user_owned_files(answers: dict[str, Any]) -> list[str]:
     return [_render(pattern, answers) for pattern in patterns]
 
 
-@cache
-def load_questions(root: Path | None = None) -> tuple[Question, ...]:
-    """Questions of copier.yml in file order (settings starting with `_` skipped)."""
-    data = copier_config(root)
+def parse_questions(config: dict[str, Any]) -> tuple[Question, ...]:
+    """The questions of a parsed copier.yml, in file order (`_` settings skipped; a bare
+    value is copier's shorthand for a default)."""
     questions = []
-    for name, spec in data.items():
-        if name.startswith("_"):
+    for name, spec in config.items():
+        if str(name).startswith("_"):
             continue
+        spec = spec if isinstance(spec, dict) else {"default": spec}
         questions.append(
             Question(
-                name=name,
+                name=str(name),
                 type=spec.get("type", "str"),
-                help=spec.get("help", name),
+                help=str(spec.get("help", name)),
                 default=spec.get("default"),
-                choices=tuple(spec.get("choices", ())),
+                choices=tuple(str(c) for c in spec.get("choices", ()) if not isinstance(c, dict)),
                 when=spec.get("when", True),
-                validator=spec.get("validator", ""),
+                validator=spec.get("validator") or "",
             )
         )
     return tuple(questions)
 
 
-def question(name: str) -> Question:
-    return next(q for q in load_questions() if q.name == name)
+@cache
+def load_questions(root: Path | None = None) -> tuple[Question, ...]:
+    """Questions of this template's copier.yml, in file order."""
+    return parse_questions(copier_config(root))
 
 
 def asked_questions() -> tuple[Question, ...]:
     return tuple(q for q in load_questions() if q.asked)
+
+
+def question(name: str) -> Question:
+    return next(q for q in load_questions() if q.name == name)

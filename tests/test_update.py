@@ -16,6 +16,8 @@ nothing else in the package changed.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import shutil
 import subprocess
 from collections import Counter
@@ -184,7 +186,7 @@ def lean(lean_world, tmp_path, monkeypatch):
     for key, value in GIT_ENV.items():
         monkeypatch.setenv(key, value)
     tpl, pristine = lean_world
-    monkeypatch.setattr("scaffold.update.template_root", lambda: tpl)
+    monkeypatch.setattr("scaffold.update.trust.template_root", lambda: tpl)
     pkg = tmp_path / PKG
     shutil.copytree(pristine, pkg, symlinks=True)
     return tpl, pkg, make_invoke()
@@ -206,7 +208,7 @@ def answers(pkg: Path) -> dict:
 
 def test_update_to_v2_keeps_user_edits_and_marks_the_overlap(env, monkeypatch):
     tpl, pkg, invoke = env
-    monkeypatch.setattr("scaffold.update.template_root", lambda: tpl)  # "our own" template
+    monkeypatch.setattr("scaffold.update.trust.template_root", lambda: tpl)  # "our own" template
     monkeypatch.setattr("scaffold.update_cmd._interactive", lambda: True)  # answers on stdin
     before = answers(pkg)
     ext_before = (pkg / EXT).read_text()
@@ -465,7 +467,7 @@ def test_without_a_terminal_update_names_only_the_questions_that_apply(env):
 
 def test_update_reads_the_package_and_the_remote_once(env, monkeypatch):
     tpl, pkg, invoke = env
-    monkeypatch.setattr("scaffold.update.template_root", lambda: tpl)
+    monkeypatch.setattr("scaffold.update.trust.template_root", lambda: tpl)
     calls: Counter[str] = Counter()
     names = ("read_package", "require_clean_git", "_ls_remote", "template_file")
 
@@ -476,8 +478,15 @@ def test_update_reads_the_package_and_the_remote_once(env, monkeypatch):
 
         return counted
 
+    steps = [update_mod] + [
+        importlib.import_module(f"{update_mod.__name__}.{info.name}")
+        for info in pkgutil.iter_modules(update_mod.__path__)
+    ]
     for name in names:
-        monkeypatch.setattr(update_mod, name, counting(name, getattr(update_mod, name)))
+        real = next(getattr(m, name) for m in steps if hasattr(m, name))
+        for module in steps:  # the defining module and every one that imported it
+            if getattr(module, name, None) is real:
+                monkeypatch.setattr(module, name, counting(name, real))
     result = invoke("update", pkg, "--defaults")
     assert result.exit_code == 1, result.output  # v2's README conflict
     assert "v1.0.0 -> v2.0.0" in result.stdout
