@@ -534,6 +534,38 @@ def test_package_rendered_from_an_installed_template_updates_from_its_repository
     assert answers(pkg)["_commit"] == "v0.3.0"
 
 
+def test_new_model_from_an_installed_template_records_a_reachable_source(
+    tmp_path, monkeypatch, cli
+):
+    """The same through `new model` itself: render.py records the repository and tag."""
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    tpl = make_template(tmp_path / "template", tag="v0.2.0")
+    wheel = tmp_path / "site-packages/scaffold/_template"
+    wheel.mkdir(parents=True)
+    shutil.copy(tpl / "copier.yml", wheel / "copier.yml")
+    shutil.copytree(tpl / "templates", wheel / "templates")
+    remote = tmp_path / "remote/ascend-scaffold.git"
+    git(tmp_path, "clone", "-q", "--bare", str(tpl), str(remote))
+    monkeypatch.setattr("scaffold.template_source.template_root", lambda: wheel)
+    monkeypatch.setattr("scaffold.render.template_root", lambda: wheel)
+    monkeypatch.setattr("scaffold.cli.template_root", lambda: wheel)
+    monkeypatch.setattr(scaffold, "__version__", "0.2.0")
+    monkeypatch.setenv("ASCEND_SCAFFOLD_TEMPLATE_URL", str(remote))
+    pkg = tmp_path / PKG
+    result = cli("new", "model", "--defaults", "--model-name", PKG, pkg)
+    assert result.exit_code == 0, result.output
+    assert "warning" not in result.stderr
+    assert (answers(pkg)["_src_path"], answers(pkg)["_commit"]) == (str(remote), "v0.2.0")
+    commit_package(pkg)
+    result = make_invoke()("check-update", pkg)
+    assert result.exit_code == 0, result.output  # v0.2.0 is the newest tag
+    monkeypatch.delenv("ASCEND_SCAFFOLD_TEMPLATE_URL")
+    result = cli("new", "model", "--defaults", "--model-name", PKG, tmp_path / "other")
+    assert result.exit_code == 0, result.output
+    assert "knows no template repository" in result.stderr
+
+
 def test_render_from_a_checkout_dirty_outside_the_template_records_a_real_commit(
     tmp_path, monkeypatch
 ):
