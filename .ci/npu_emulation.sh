@@ -17,10 +17,14 @@ venv="$(cd "$venv" && pwd)"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "torch==2.13.0"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "torch==2.13.0" \
     "torch-npu==2.13.0" packaging protobuf pyyaml numpy pytest typer copier
+# The emulation itself is this repository's scaffold.npu_emulation (the generated packages'
+# npu_emulated tier imports it): editable, --no-deps, so the pins above stay as they are.
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e "$repo"
 
 export TORCH_DEVICE_BACKEND_AUTOLOAD=0
-stub_dir="$(PYTHONPATH="$repo/templates/model/tests" "$venv/bin/python" -c '
-import npu_emulation as e
+# run outside the checkout: the import must come from the venv, as in a generated package
+stub_dir="$(cd "$venv" && "$venv/bin/python" -c '
+from scaffold.npu_emulation import emulation as e
 d = e.build_stubs()
 e.activate()
 import torch, torch_npu, torchair

@@ -13,16 +13,14 @@ from typing import Annotated
 import typer
 
 PACKAGES = ["torch==2.13.0", "torch-npu==2.13.0", "packaging", "protobuf"]
-_HELPER = Path("templates/model/tests/npu_emulation.py")
 
+# Runs in the emulation interpreter; the emulation is ascend-scaffold's `scaffold.npu_emulation`,
+# which must be importable there (the generated packages' npu_emulated tier imports it too).
 _PROBE = r"""
-import json, sys, importlib.util
-spec = importlib.util.spec_from_file_location("npu_emulation", sys.argv[1])
-mod = importlib.util.module_from_spec(spec)
-sys.modules["npu_emulation"] = mod
-spec.loader.exec_module(mod)
-cache = sys.argv[2] or None
+import json, sys
+cache = sys.argv[1] or None
 try:
+    from scaffold.npu_emulation import emulation as mod
     stub_dir = mod.build_stubs(cache)
     mod.activate(cache)
     import torch, torch_npu, torchair
@@ -33,16 +31,58 @@ except Exception as exc:
 print("NPU_EMULATE_JSON=" + json.dumps(info))
 """
 
+_WHERE = (
+    "import json, scaffold, scaffold.npu_emulation; "
+    "print('NPU_EMULATE_WHERE=' + json.dumps([scaffold.__file__, scaffold.__version__]))"
+)
 
-def helper_path() -> Path:
-    """The npu_emulation.py helper: repo checkout or the copy packaged into the wheel."""
+
+def source_checkout() -> Path | None:
+    """The ascend-scaffold checkout this CLI runs from, or None (installed from a wheel)."""
     import scaffold
 
-    pkg = Path(scaffold.__file__).resolve().parent
-    for candidate in (pkg.parent / _HELPER, pkg / "_template" / _HELPER):
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError(f"{_HELPER} not found next to {pkg}")
+    root = Path(scaffold.__file__).resolve().parents[1]
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file() and 'name = "ascend-scaffold"' in pyproject.read_text():
+        return root
+    return None
+
+
+def _emulation_in(python: Path, cwd: Path) -> tuple[Path, str] | None:
+    """(scaffold package dir, version) as ``python`` imports it (run in ``cwd``), else None."""
+    proc = subprocess.run(
+        [str(python), "-c", _WHERE],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
+    )
+    line = next(
+        (ln for ln in proc.stdout.splitlines() if ln.startswith("NPU_EMULATE_WHERE=")), None
+    )
+    if proc.returncode != 0 or line is None:
+        return None
+    file, version = json.loads(line.split("=", 1)[1])
+    return Path(file).resolve().parent, version
+
+
+def ensure_emulation(python: Path, venv: Path) -> None:
+    """Make this ascend-scaffold's ``scaffold.npu_emulation`` importable in ``venv``: an editable
+    install of the checkout (or ``ascend-scaffold==<version>`` for a wheel-installed CLI), with
+    ``--no-deps`` so torch / torch-npu there are left alone."""
+    import scaffold
+
+    here = Path(scaffold.__file__).resolve().parent
+    checkout = source_checkout()
+    found = _emulation_in(python, venv)
+    if found is not None and (found[0] == here if checkout else found[1] == scaffold.__version__):
+        return
+    spec = ["-e", str(checkout)] if checkout else [f"ascend-scaffold=={scaffold.__version__}"]
+    typer.echo(f"installing {' '.join(spec)} (--no-deps) into {venv}: the NPU emulation")
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
+    if subprocess.run([*pip, *spec], cwd=venv).returncode != 0:
+        typer.echo("error: pip install of ascend-scaffold's NPU emulation failed", err=True)
+        raise typer.Exit(1)
 
 
 def _venv_python(venv_dir: Path) -> Path:
@@ -60,7 +100,8 @@ def npu_emulate(
         typer.Option(
             "--venv",
             help="Virtual environment to create/use; torch==2.13.0 torch-npu==2.13.0 packaging "
-            "protobuf are pip-installed there when torch_npu is missing. "
+            "protobuf are pip-installed there when torch_npu is missing, and this "
+            "ascend-scaffold (--no-deps: its scaffold.npu_emulation) when it is not importable. "
             "Default: this interpreter.",
         ),
     ] = None,
@@ -90,16 +131,13 @@ def npu_emulate(
             if subprocess.run([*pip, *PACKAGES]).returncode != 0:
                 typer.echo("error: pip install failed", err=True)
                 raise typer.Exit(1)
-    try:
-        helper = helper_path()
-    except FileNotFoundError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
+        ensure_emulation(python, venv)
     env_cache = str(cache_dir.expanduser().absolute()) if cache_dir else ""
     proc = subprocess.run(
-        [str(python), "-c", _PROBE, str(helper), env_cache],
+        [str(python), "-c", _PROBE, env_cache],
         capture_output=True,
         text=True,
+        cwd=venv,  # a venv is checked as a generated package sees it, not via this directory
         env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
     )
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("NPU_EMULATE_JSON=")), None)

@@ -1,5 +1,6 @@
 """NPU emulation on CPU: real torch_npu/torchair with stand-in CANN libraries + CPU kernels.
 
+Tests ``scaffold.npu_emulation`` of this checkout (put first on the subprocess's PYTHONPATH).
 Needs an interpreter with torch==2.13.0 and torch-npu==2.13.0 installed, given by
 ASCEND_SCAFFOLD_NPU_PYTHON (see .ci/npu_emulation.sh); skipped otherwise. Every check runs in a
 subprocess of that interpreter, so this test process never imports torch_npu.
@@ -17,7 +18,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-HELPERS = REPO / "templates" / "model" / "tests"
 NPU_PYTHON = os.environ.get("ASCEND_SCAFFOLD_NPU_PYTHON")
 
 pytestmark = pytest.mark.skipif(
@@ -36,8 +36,8 @@ def run_npu(code: str, stub_root: str, *args: str, timeout: int = 600) -> dict:
     """Run ``code`` in the emulation interpreter; it prints one ``RESULT=<json>`` line."""
     env = {k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
     env["ASCEND_SCAFFOLD_NPU_STUBS"] = stub_root
-    env["PYTHONPATH"] = str(HELPERS)
-    prelude = "import json, sys\nimport npu_emulation as emu\n"
+    env["PYTHONPATH"] = str(REPO)  # this checkout's scaffold.npu_emulation
+    prelude = "import json, sys\nfrom scaffold.npu_emulation import emulation as emu\n"
     proc = subprocess.run(
         [NPU_PYTHON, "-c", prelude + textwrap.dedent(code), *args],
         capture_output=True,
@@ -348,7 +348,7 @@ def test_schema_check(stub_root, tmp_path):
     bad.write_text(BAD)
     r = run_npu(
         """
-        from npu_schema_check import check_npu_calls
+        from scaffold.npu_emulation import check_npu_calls
         print("RESULT=" + json.dumps(dict(
             good=check_npu_calls([sys.argv[1]]), bad=check_npu_calls([sys.argv[2]]))))
         """,

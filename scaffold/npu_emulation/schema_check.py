@@ -1,6 +1,7 @@
 """Check NPU op calls in source files against the installed torch_npu / torchair schemas.
 
-Plain Python, copied verbatim into generated packages' ``tests/`` (no project imports).
+Part of :mod:`scaffold.npu_emulation`; import aliases are resolved with
+:mod:`scaffold.hazards.astutil` (the same rules ``ascend-scaffold check`` uses).
 
 :func:`check_npu_calls` parses ``.py`` files with :mod:`ast`, finds every call of
 ``torch_npu.X(...)``, ``torch.ops.npu.X(...)`` (also ``.default``), ``torchair.ops.X(...)`` and
@@ -17,83 +18,36 @@ followed), resolves the op schema from the installed wheel (``torch.ops.npu.X.de
   every element, so a per-step value (e.g. ``npu_prompt_flash_attention(...,
   actual_seq_lengths=lens)``) recompiles every step even with ``dynamic=True``.
 
-torch_npu must be importable: when it is not yet imported, the sibling ``npu_emulation.py`` is
-loaded and activated (CPU stand-ins for CANN).
+torch_npu must be importable: when it is not yet imported, :mod:`scaffold.npu_emulation.emulation`
+is activated (CPU stand-ins for CANN).
 """
 
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import re
 import sys
 from pathlib import Path
 
+from scaffold.hazards.astutil import canonical, import_aliases
+
+from . import emulation
+
 
 def _ensure_torch_npu() -> None:
     if "torch_npu" in sys.modules and "torchair" in sys.modules:
         return
-    helper = Path(__file__).with_name("npu_emulation.py")
-    mod = sys.modules.get("npu_emulation")
-    if mod is None and helper.is_file():
-        spec = importlib.util.spec_from_file_location("npu_emulation", helper)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["npu_emulation"] = mod
-        spec.loader.exec_module(mod)
-    if mod is not None:
-        mod.activate()
-    else:  # real NPU host: plain imports
-        import torch_npu  # noqa: F401
-        import torchair  # noqa: F401
+    emulation.activate()
     import torchair.ops._npu_fused_infer_attention_score  # noqa: F401
 
 
-def _dotted(node: ast.AST) -> list[str] | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return parts[::-1]
-    return None
-
-
-class _Aliases(ast.NodeVisitor):
-    """Names bound to torch, torch_npu, torchair(.ops) and to ops imported by name."""
-
-    def __init__(self) -> None:
-        self.modules: dict[str, tuple[str, ...]] = {
-            "torch": ("torch",),
-            "torch_npu": ("torch_npu",),
-            "torchair": ("torchair",),
-        }
-        self.names: dict[str, tuple[str, ...]] = {}
-
-    def visit_Import(self, node: ast.Import) -> None:
-        for a in node.names:
-            if a.asname:
-                self.modules[a.asname] = tuple(a.name.split("."))
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if node.level or not node.module:
-            return
-        base = tuple(node.module.split("."))
-        for a in node.names:
-            if base[0] in ("torch", "torch_npu", "torchair"):
-                self.names[a.asname or a.name] = (*base, a.name)
-
-
-def _target(parts: list[str], aliases: _Aliases) -> tuple[str, str, str] | None:
+def _target(func: ast.AST, aliases: dict[str, str]) -> tuple[str, str, str] | None:
     """(namespace, op name, shown name) for an NPU call, else None."""
-    head = parts[0]
-    if head in aliases.names:
-        full = (*aliases.names[head], *parts[1:])
-    elif head in aliases.modules:
-        full = (*aliases.modules[head], *parts[1:])
-    else:
+    name = canonical(func, aliases)
+    if name is None:
         return None
+    full = tuple(name.split("."))
     if (
         full
         and full[-1] == "default"
@@ -248,13 +202,11 @@ def check_npu_calls(source_paths) -> list[str]:
     problems: list[str] = []
     for path in map(Path, source_paths):
         tree = ast.parse(path.read_text(), filename=str(path))
-        aliases = _Aliases()
-        aliases.visit(tree)
+        aliases = import_aliases(tree)
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
-            parts = _dotted(node.func)
-            target = _target(parts, aliases) if parts else None
+            target = _target(node.func, aliases)
             if target is None:
                 continue
             ns, name, shown = target

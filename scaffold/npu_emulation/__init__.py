@@ -1,0 +1,64 @@
+"""NPU emulation on CPU: the real torch_npu / torchair with stand-in CANN libraries and CPU
+reference kernels on the real ``npu::`` / ``air::`` ops (see docs/npu-emulation.md).
+
+The one versioned home of the emulation (``__version__`` is ascend-scaffold's): generated
+packages list ascend-scaffold as a test dependency and take it through their ``npu_emulation``
+fixture; ``ascend-scaffold npu-emulate`` and this project's tests use it too.
+
+Light on purpose, it is a test-time dependency: importing this package needs only the standard
+library (no torch, torch_npu, CLI or copier); :func:`activate` imports torch_npu / torchair, and
+:func:`unavailable_reason` reports why it cannot (e.g. torch_npu not installed) without raising.
+:func:`check_npu_calls` (:mod:`.schema_check`) is loaded on first use.
+"""
+
+from __future__ import annotations
+
+from scaffold import __version__
+
+from .emulation import (
+    AUTOLOAD_ENV,
+    CONSTRAINT_VIOLATIONS,
+    STRICT_ENV,
+    STUBS_ENV,
+    EmulationUnavailable,
+    activate,
+    build_stubs,
+    emulation_env,
+    fused_infer_attention_ref,
+    reexec_with_env,
+    rms_norm_ref,
+    rotary_ref,
+    scatter_update_ref,
+    stub_manifest,
+    unavailable_reason,
+)
+
+
+def __getattr__(name: str):
+    # The schema check pulls in the AST helpers of `ascend-scaffold check`: load it on first use.
+    if name == "check_npu_calls":
+        from .schema_check import check_npu_calls
+
+        return check_npu_calls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "AUTOLOAD_ENV",
+    "CONSTRAINT_VIOLATIONS",
+    "STRICT_ENV",
+    "STUBS_ENV",
+    "EmulationUnavailable",
+    "__version__",
+    "activate",
+    "build_stubs",
+    "check_npu_calls",
+    "emulation_env",
+    "fused_infer_attention_ref",
+    "reexec_with_env",
+    "rms_norm_ref",
+    "rotary_ref",
+    "scatter_update_ref",
+    "stub_manifest",
+    "unavailable_reason",
+]
