@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from .errors import UserError
-from .questions import Question, asked_questions
+from .questions import Question, load_questions
 from .spec import check_answered
 
 # Asks one question interactively: (question, default) -> the user's (coerced) answer.
@@ -43,8 +43,10 @@ def collect_answers(
     UserError (unless not `check`: for tests that feed invalid answers to copier itself); a
     bad interactive answer is reported and asked again."""
     answers: dict[str, Any] = {}
-    for question in asked_questions():
-        if not question.applies(answers):
+    for question in load_questions():
+        if not question.asked:  # computed: later validators may read it
+            answers[question.name] = question.default_for(answers)
+        elif not question.applies(answers):
             if question.name in given:
                 raise UserError(
                     f"{question.name} applies only when {question.when_in_words(answers)}; "

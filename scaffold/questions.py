@@ -59,6 +59,8 @@ class Question:
 
     def coerce(self, value: Any) -> Any:
         """Convert an answer (from YAML, a flag or a prompt) to the question's type."""
+        if self.type == "yaml":  # computed tables: YAML data as written
+            return yaml.safe_load(value) if isinstance(value, str) else value
         try:
             if self.type == "bool":
                 if isinstance(value, bool):
@@ -187,6 +189,19 @@ def load_questions(root: Path | None = None) -> tuple[Question, ...]:
 
 def asked_questions() -> tuple[Question, ...]:
     return tuple(q for q in load_questions() if q.asked)
+
+
+def with_computed(answers: dict[str, Any]) -> dict[str, Any]:
+    """`answers` plus copier.yml's computed values (`when: false`), each evaluated in file
+    order against the answers and computed values before it, as copier does."""
+    known: dict[str, Any] = {}
+    for item in load_questions():
+        if item.asked:
+            if item.name in answers:
+                known[item.name] = answers[item.name]
+        else:
+            known[item.name] = item.default_for(known)
+    return {**answers, **known}
 
 
 def question(name: str) -> Question:

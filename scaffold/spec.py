@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .errors import UserError
-from .questions import asked_questions, question
+from .questions import asked_questions, load_questions, question, with_computed
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -61,6 +61,7 @@ class ModelSpec:
     qk_norm: bool
     attention_bias: bool
     max_seq_len: int
+    platform: str
     dtype: str
     exe_mode: str
     fa_interface: str
@@ -72,7 +73,12 @@ class ModelSpec:
     def enable_dynamic_graph(self) -> bool:
         """copier.yml's computed value (the seed's FA table): host List[int] lengths need
         dynamic=True under npugraph_ex; torchair's Tensor lengths compile static."""
-        return question("enable_dynamic_graph").default_for(self.answers())
+        return self.computed["enable_dynamic_graph"]
+
+    @property
+    def computed(self) -> dict[str, Any]:
+        """The answers with copier.yml's computed values (what the template sees)."""
+        return with_computed(self.answers())
 
     @property
     def parameter_count(self) -> int:
@@ -182,16 +188,18 @@ def check_answered(answers: Mapping[str, Any], name: str) -> None:
 def validate(answers: dict[str, Any]) -> ModelSpec:
     """Check every rule in question order (as the interview does); the first broken one
     raises UserError."""
-    asked = asked_questions()
-    missing = sorted({q.name for q in asked} - set(answers))
+    missing = sorted({q.name for q in asked_questions()} - set(answers))
     if missing:
         raise UserError(f"missing answer(s): {', '.join(missing)}")
     so_far: dict[str, Any] = {}
-    for item in asked:
+    for item in load_questions():
+        if not item.asked:
+            so_far[item.name] = item.default_for(so_far)
+            continue
         so_far[item.name] = answers[item.name]
         if item.applies(so_far):
             check_answered(so_far, item.name)
     unknown = sorted(str(name) for name in set(answers) - set(so_far))
     if unknown:
         raise UserError(f"unknown answer(s): {', '.join(unknown)}")
-    return ModelSpec(**so_far)
+    return ModelSpec(**{q.name: so_far[q.name] for q in asked_questions()})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from .questions import question
 from .render import BACKUP_DIR, Placement
 from .spec import ModelSpec, gib
 
@@ -13,24 +12,24 @@ _MODES = {
 }
 
 
-def fused_ops(spec: ModelSpec) -> list[str]:
-    """The NPU ops the rendered package calls (ops/npu.py)."""
-    attention = (
-        "torchair.ops.npu_fused_infer_attention_score"
-        if spec.fa_interface == "torchair"
-        else "torch_npu.npu_fused_infer_attention_score"
+def npu_ops(spec: ModelSpec) -> list[str]:
+    """The NPU ops the rendered package calls (ops/npu.py), and what falls back."""
+    attention = "torchair.ops" if spec.fa_interface == "torchair" else "torch_npu"
+    rotary = (
+        "torch_npu.npu_apply_rotary_pos_emb"
+        if spec.computed["fused_rotary"]
+        else f"rotary in plain torch (the fused op does not take head_dim {spec.head_dim})"
     )
     return [
-        attention,
+        f"{attention}.npu_fused_infer_attention_score",
         "torch_npu.npu_rms_norm",
-        "torch_npu.npu_apply_rotary_pos_emb",
+        rotary,
         "torch_npu.scatter_update_",
     ]
 
 
 def design_summary(spec: ModelSpec, placement: Placement) -> str:
-    s, answers = spec, spec.answers()
-    answers["enable_dynamic_graph"] = spec.enable_dynamic_graph
+    s, computed = spec, spec.computed
     lines = [
         f"design summary for {s.model_name}:",
         f"  model       {s.num_hidden_layers} layers, hidden {s.hidden_size}, "
@@ -40,8 +39,8 @@ def design_summary(spec: ModelSpec, placement: Placement) -> str:
         f"in {s.dtype}",
         f"  exe_mode    {s.exe_mode}: {_MODES[s.exe_mode]}",
         f"  attention   fa_interface={s.fa_interface}; enable_dynamic_graph "
-        f"{str(s.enable_dynamic_graph).lower()}: {question('dynamic_reason').default_for(answers)}",
-        f"  NPU ops     {', '.join(fused_ops(s))}",
+        f"{str(s.enable_dynamic_graph).lower()}: {computed['dynamic_reason']}",
+        f"  NPU ops     ({s.platform}) {', '.join(npu_ops(s))}",
         f"  KV cache    BNSD ({s.batch_size}, {s.num_key_value_heads}, {s.max_seq_len:,}, "
         f"{s.head_dim}) x K,V x {s.num_hidden_layers} layers, preallocated, written in place: "
         f"{gib(s.kv_cache_bytes)} (batch_size {s.batch_size}, max_seq_len {s.max_seq_len:,})",
