@@ -5,7 +5,11 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import os
 import re
+import subprocess
+import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -331,3 +335,351 @@ def test_transformers_mixtral_moe():
         assert counts[rule] == 0, (rule, counts)
     doc = render(check_paths([path]), "markdown")
     assert "fixed-shape masking" in doc and "modeling_mixtral.py" in doc
+
+
+# -- robustness: user input gives one error line and an exit code, never a traceback or a hang ---
+HAZARD = "def forward(x):\n    return x.item()\n"
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="os.mkfifo: POSIX only")
+
+
+def run_check(cli, *args):
+    """``ascend-scaffold check ARGS`` in-process: the exit code, stdout and stderr lines."""
+    result = cli("check", *args)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
+    assert "Traceback" not in result.output
+    return result.exit_code, result.stdout, result.stderr.splitlines()
+
+
+def run_check_subprocess(*args, timeout=30):
+    """The real CLI in a child process with a timeout, so a hang fails the test instead."""
+    cmd = [sys.executable, "-c", "from scaffold.cli import app; app()", "check", *map(str, args)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert "Traceback" not in done.stderr + done.stdout
+    return done.returncode, done.stdout, done.stderr.splitlines()
+
+
+def deep(kind: str, n: int) -> str:
+    return {
+        "parens": "x = " + "(" * n + "1" + ")" * n + "\n",
+        "list": "x = " + "[" * n + "]" * n + "\n",
+        "unary": "x = " + "-" * n + "1\n",
+        "binop": "x = " + " + ".join(["a"] * n) + "\n",
+    }[kind]
+
+
+@pytest.mark.parametrize(
+    ("kind", "n"), [("parens", 5000), ("list", 5000), ("unary", 100000), ("binop", 100000)]
+)
+def test_too_deep_for_the_parser_is_one_error_line(cli, tmp_path, kind, n):
+    bad = tmp_path / "deep.py"
+    bad.write_text(deep(kind, n))
+    other = tmp_path / "other.py"
+    other.write_text(HAZARD)
+    code, out, err = run_check(cli, bad, other)
+    assert code == 2
+    assert len(err) == 1 and re.fullmatch(
+        rf"{re.escape(str(bad))}(: cannot analyse: expression nested too deeply"
+        r"|:1: syntax error: too many nested parentheses)",
+        err[0],
+    ), err
+    assert f"{other}:2:" in out  # the other file is still checked
+    assert len(check_paths([bad]).errors) == 1
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        " + ".join(["x"] * 1200) + " + x.item()",  # BinOp chain: ~1200 levels
+        "x" + "[0]" * 1200 + ".item()",  # Subscript chain
+        "torch.arange(x.shape[" + "-" * 1200 + "1]) + x.item()",  # unary chain (dim_value)
+        "x[" + " & ".join(["mask"] * 1200) + "].item()",  # &-chain boolean mask (_is_mask_index)
+        "(" + "x.item() if x.sum() > 0 else " * 400 + "x)",  # nested conditional expressions
+        "lambda: " * 1000 + "x.item()",
+    ],
+)
+def test_deep_source_that_parses_is_analysed(cli, tmp_path, body):
+    """Thousands of levels parse fine; the analysis must not recurse per AST level."""
+    path = tmp_path / "deep.py"
+    path.write_text(f"def forward(x, mask):\n    return {body}\n")
+    ast.parse(path.read_text())  # the source itself is valid
+    code, out, err = run_check(cli, path)
+    assert code == 1 and err == [], err
+    assert "GM002" in out
+
+
+@pytest.mark.parametrize(
+    ("where", "exc", "why"),
+    [
+        ("parse", RecursionError("maximum recursion depth exceeded during ast construction"), None),
+        ("parse", MemoryError(), None),
+        # Python < 3.11.? raises ValueError (not SyntaxError) for a NUL byte in the source
+        ("parse", ValueError("source code string cannot contain null bytes"), "syntax error"),
+        ("analyse", RecursionError("maximum recursion depth exceeded"), None),  # backstop
+    ],
+)
+def test_parser_and_analyser_failures_are_per_file_errors(
+    cli, tmp_path, monkeypatch, where, exc, why
+):
+    """Whatever the Python version's parser raises, and any RecursionError left in an analyser
+    helper, is one error line for that file."""
+    from scaffold.hazards import analyzer
+
+    path = tmp_path / "m.py"
+    path.write_text(HAZARD)
+    real_parse = ast.parse
+
+    def parse(source, filename="<unknown>", *args, **kwargs):  # fails for this file only
+        if filename == str(path):
+            raise exc
+        return real_parse(source, filename, *args, **kwargs)
+
+    def boom(*args, **kwargs):
+        raise exc
+
+    if where == "parse":
+        monkeypatch.setattr(ast, "parse", parse)
+    else:
+        monkeypatch.setattr(analyzer, "seq_len_hazards", boom)
+    code, _, err = run_check(cli, path)
+    reason = f"{why}: {exc}" if why else "cannot analyse: expression nested too deeply"
+    assert (code, err) == (2, [f"{path}: {reason}"])
+
+
+@needs_fifo
+def test_fifo_is_not_read(tmp_path):
+    fifo = tmp_path / "x.py"
+    os.mkfifo(fifo)
+    code, _, err = run_check_subprocess(fifo)
+    assert (code, err) == (2, [f"{fifo}: not a regular file"])
+
+
+@needs_fifo
+def test_fifo_in_directory_walk_is_not_read(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    os.mkfifo(pkg / "x.py")
+    (pkg / "model.py").write_text(HAZARD)
+    code, out, err = run_check_subprocess(pkg)
+    assert (code, err) == (2, [f"{pkg / 'x.py'}: not a regular file"])
+    assert f"{pkg / 'model.py'}:2:" in out
+
+
+@needs_fifo
+def test_read_source_refuses_a_fifo_without_blocking(tmp_path):
+    """A path that becomes a FIFO after it was listed: opened non-blocking, refused by fstat."""
+    from scaffold.hazards.runner import SourceError, read_source
+
+    fifo = tmp_path / "x.py"
+    os.mkfifo(fifo)
+    outcome = []
+
+    def target():
+        try:
+            read_source(fifo)
+        except SourceError as exc:
+            outcome.append(str(exc))
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(30)
+    if thread.is_alive():  # unblock the reader so the test process can exit
+        with open(fifo, "w"):
+            pass
+        pytest.fail("read_source blocked on a FIFO")
+    assert outcome == ["not a regular file"]
+
+
+def test_pep263_latin1_source_is_decoded(cli, tmp_path):
+    path = tmp_path / "latin.py"
+    path.write_bytes(
+        b"# -*- coding: latin-1 -*-\ndef forward(x):\n    return x.item()  # caf\xe9\n"
+    )
+    code, out, err = run_check(cli, path, "--format", "json")
+    assert (code, err) == (1, [])
+    assert json.loads(out)[0]["code"] == "return x.item()  # caf\u00e9"
+
+
+def test_utf8_bom_and_crlf_source(cli, tmp_path):
+    path = tmp_path / "bom.py"
+    path.write_bytes(b"\xef\xbb\xbfdef forward(x):\r\n    return x.item()  # graph-ok\r\n")
+    code, out, err = run_check(cli, path)
+    assert (code, err) == (0, [])
+    assert "(1 suppressed)" in out
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (b"x = '\xe9'\n", r"cannot decode: invalid utf-8 data at byte 5 .*"),
+        (bytes(range(256)) * 4, r"cannot decode: .*"),  # a binary file named .py
+        (b"# coding: no-such-codec\nx = 1\n", r"cannot decode: unknown encoding: no-such-codec"),
+        (b"# coding: rot13\nx = 1\n", r"cannot decode with 'rot13': .*"),
+        (b"x = 1\x00\n", r"syntax error: .*null bytes"),
+    ],
+)
+def test_undecodable_or_binary_source_is_one_error_line(cli, tmp_path, data, why):
+    path = tmp_path / "bad.py"
+    path.write_bytes(data)
+    code, out, err = run_check(cli, path)
+    assert code == 2
+    assert len(err) == 1 and re.fullmatch(rf"{re.escape(str(path))}(:\d+)?: {why}", err[0]), err
+    assert "No graph-mode hazards found" not in out
+
+
+def test_summary_never_claims_clean_next_to_errors(cli, tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def broken(:\n")
+    good = tmp_path / "good.py"
+    good.write_text("x = 1\n")
+    code, out, err = run_check(cli, bad, good)
+    assert code == 2 and err == [f"{bad}:1: syntax error: invalid syntax"]
+    assert (
+        out
+        == "Incomplete: 1 error(s), see stderr; no graph-mode hazards in the 1 file(s) checked\n"
+    )
+    code, out, _ = run_check(cli, bad)
+    assert (code, out) == (2, "Nothing checked: 1 error(s), see stderr\n")
+    code, out, _ = run_check(cli, bad, FIXTURES / "gm002_pos.py")
+    assert code == 2 and out.endswith("GM002 x5; incomplete: 1 error(s), see stderr\n")
+    doc = render(check_paths([bad, good]), "markdown")
+    assert "No file needs changes." not in doc
+    assert "**Incomplete:** 1 path(s) could not be checked" in doc and "syntax error" in doc
+
+
+def test_empty_directory_exit_2(cli, tmp_path):
+    (tmp_path / "notes.txt").write_text("x.item()")
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "m.py").write_text(HAZARD)
+    code, out, err = run_check(cli, tmp_path)
+    assert (code, err) == (2, [f"error: no Python files found under {tmp_path}"])
+    assert out == "Nothing checked: 1 error(s), see stderr\n"
+
+
+def test_every_path_failed_exit_2(cli, tmp_path):
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text("def (:\n")
+    code, _, err = run_check(cli, tmp_path / "a.py", tmp_path / "b.py")
+    assert code == 2 and len(err) == 2
+
+
+def test_symlink_loops_in_a_walk_are_not_followed(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "sub" / "m.py").write_text(HAZARD)
+    os.symlink("..", pkg / "sub" / "up")
+    os.symlink(".", pkg / "self")
+    code, out, err = run_check_subprocess(pkg)
+    assert (code, err) == (1, [])
+    assert "in 1 of 1 file(s)" in out
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda p: os.symlink(p.parent / "missing.py", p), "broken symbolic link"),
+        (lambda p: os.symlink(p, p), "cannot access: Too many levels of symbolic links"),
+        (lambda p: None, "no such file or directory"),
+    ],
+)
+def test_unusable_path_is_one_error_line(cli, tmp_path, make, why):
+    path = tmp_path / "m.py"
+    make(path)
+    for args in ([path], [tmp_path]):  # by name, and found in a directory walk
+        if args == [tmp_path] and why == "no such file or directory":
+            continue
+        code, _, err = run_check(cli, *args)
+        assert (code, err) == (2, [f"{path}: {why}"])
+
+
+@pytest.mark.skipif(IS_ROOT, reason="running as root: chmod 000 does not stop root reading")
+def test_unreadable_file_and_directory(cli, tmp_path):
+    locked = tmp_path / "locked.py"
+    locked.write_text(HAZARD)
+    locked.chmod(0)
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    (closed / "m.py").write_text(HAZARD)
+    closed.chmod(0)
+    try:
+        code, _, err = run_check(cli, tmp_path)
+    finally:
+        closed.chmod(0o755)
+    assert code == 2
+    assert sorted(err) == [
+        f"{closed}: cannot read directory: Permission denied",
+        f"{locked}: cannot read: Permission denied",
+    ]
+
+
+def test_unreadable_file_and_directory_simulated(cli, tmp_path, monkeypatch):
+    """The same as above for root too: os.open / os.scandir fail with EACCES."""
+    from scaffold.hazards import runner
+
+    locked = tmp_path / "locked.py"
+    locked.write_text(HAZARD)
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    (closed / "m.py").write_text(HAZARD)
+    real_open, real_scandir = os.open, os.scandir
+
+    def denied(real, target):
+        def call(path, *args, **kwargs):
+            if os.fspath(path) == str(target):
+                raise PermissionError(13, "Permission denied", os.fspath(path))
+            return real(path, *args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(runner.os, "open", denied(real_open, locked))
+    monkeypatch.setattr(os, "scandir", denied(real_scandir, closed))
+    code, _, err = run_check(cli, tmp_path)
+    assert code == 2
+    assert sorted(err) == [
+        f"{closed}: cannot read directory: Permission denied",
+        f"{locked}: cannot read: Permission denied",
+    ]
+
+
+def test_directory_named_py_is_walked_not_read(cli, tmp_path):
+    (tmp_path / "odd.py").mkdir()
+    (tmp_path / "odd.py" / "m.py").write_text(HAZARD)
+    code, out, err = run_check(cli, tmp_path)
+    assert (code, err) == (1, [])
+    assert "in 1 of 1 file(s)" in out
+
+
+def test_same_file_twice_is_checked_once(cli, tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(HAZARD)
+    code, out, _ = run_check(cli, path, tmp_path, path)
+    assert code == 1 and "Found 1 graph-mode hazard(s) in 1 of 1 file(s)" in out
+
+
+def test_control_characters_in_file_names_stay_on_one_line(cli, tmp_path):
+    path = tmp_path / "a\nb.py"
+    path.write_text(HAZARD)
+    code, out, _ = run_check(cli, tmp_path)
+    assert code == 1
+    assert out.splitlines()[0].startswith(ascii(str(path)) + ":2:")
+
+
+@pytest.mark.parametrize(
+    ("target", "why"),
+    [
+        (lambda d: d, "Is a directory"),
+        (lambda d: d / "no" / "such" / "design.md", "No such file or directory"),
+        (lambda d: d / "m.py", None),
+    ],
+)
+def test_output_that_cannot_be_written(cli, tmp_path, target, why):
+    path = tmp_path / "m.py"
+    path.write_text(HAZARD)
+    out = target(tmp_path)
+    code, stdout, err = run_check(cli, path, "-o", out)
+    assert code == 2 and stdout == ""
+    if why is None:
+        assert err == [f"error: --output {out} is one of the checked files"]
+        assert path.read_text() == HAZARD
+    else:
+        assert err == [f"error: cannot write {out}: {why}"]

@@ -1,16 +1,24 @@
 """AST visitor that finds graph-mode hazards in one Python source file (no import, no execution).
 
 See ``rules.py`` for what each rule id means and the heuristics it uses.
+
+The visitor is iterative: each ``visit_*`` method is a generator that yields the child nodes to
+visit next and resumes once a child's whole subtree is done (scope state is pushed before and
+popped after the ``yield``s). So no AST depth the parser accepts can exhaust the Python stack.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 from .astutil import (
+    TOO_DEEP,
     canonical,
+    clip,
+    code,
     dotted,
     excluded_name,
     forward_functions,
@@ -84,14 +92,20 @@ class _Frame:
     lists: set[str] = field(default_factory=set)
 
 
+class AnalysisError(ValueError):
+    """Source the checker cannot analyse although it may be valid Python (nested too deeply)."""
+
+
 def _is_training_test(test: ast.AST) -> bool:
-    if isinstance(test, ast.Attribute) and test.attr == "training":
-        return True
-    return (
-        isinstance(test, ast.BoolOp)
-        and isinstance(test.op, ast.And)
-        and (any(_is_training_test(v) for v in test.values))
-    )
+    """``self.training``, possibly and-ed with other conditions (at any nesting)."""
+    todo = [test]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Attribute) and node.attr == "training":
+            return True
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+            todo.extend(node.values)
+    return False
 
 
 def _none_test_name(test: ast.AST) -> str | None:
@@ -113,14 +127,21 @@ def _is_list_annotation(ann: ast.AST | None) -> bool:
 
 
 def _is_mask_index(index: ast.AST) -> bool:
-    if isinstance(index, ast.Compare):
-        return True
-    if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.Invert):
-        return True
-    if isinstance(index, ast.BinOp) and isinstance(index.op, (ast.BitAnd, ast.BitOr)):
-        return _is_mask_index(index.left) or _is_mask_index(index.right)
-    name = dotted(index)
-    return name is not None and name.split(".")[-1].lower().endswith("mask")
+    """A comparison, ``~x``, a ``*mask`` name, or any ``&`` / ``|`` combination of those."""
+    todo = [index]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Compare):
+            return True
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
+            return True
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr)):
+            todo += [node.right, node.left]
+            continue
+        name = dotted(node)
+        if name is not None and name.split(".")[-1].lower().endswith("mask"):
+            return True
+    return False
 
 
 def _root_name(node: ast.AST) -> str | None:
@@ -164,11 +185,12 @@ def _dynamic_arg(arg: ast.AST) -> bool:
     return False
 
 
-class _Visitor(ast.NodeVisitor):
+class _Visitor:
     def __init__(self, tree: ast.Module, path: str, lines: list[str]) -> None:
         self.aliases = import_aliases(tree)
         self.forward = forward_functions(tree)
         self.path, self.lines = path, lines
+        self.snippets: dict[int, str] = {}
         self.hazards: list[Hazard] = []
         self.facts = Facts()
         self.frames: list[_Frame] = []
@@ -178,6 +200,24 @@ class _Visitor(ast.NodeVisitor):
         self.fallback_assign = 0
         self.assign_targets: list[list[str]] = []
 
+    # -- traversal ---------------------------------------------------------------------------
+    def visit(self, root: ast.AST) -> None:
+        """Depth-first, with an explicit stack of the ``visit_*`` generators in progress."""
+        stack = [self._steps(root)]
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                stack.pop()
+            else:
+                stack.append(self._steps(child))
+
+    def _steps(self, node: ast.AST) -> Iterator[ast.AST]:
+        method = getattr(self, f"visit_{type(node).__name__}", self.generic_visit)
+        return method(node)
+
+    def generic_visit(self, node: ast.AST) -> Iterator[ast.AST]:
+        yield from ast.iter_child_nodes(node)
+
     # -- helpers -----------------------------------------------------------------------------
     @property
     def in_forward(self) -> bool:
@@ -185,9 +225,13 @@ class _Visitor(ast.NodeVisitor):
 
     def make(self, rule: str, node: ast.AST, message: str) -> Hazard:
         line = getattr(node, "lineno", 1)
-        code = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        if line not in self.snippets:  # once per line: a long line may carry many hazards
+            text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+            self.snippets[line] = clip(text.strip())
         func = self.frames[-1].name if self.frames else "<module>"
-        return Hazard(rule, self.path, line, node.col_offset + 1, message, code, func)
+        return Hazard(
+            rule, self.path, line, node.col_offset + 1, message, self.snippets[line], func
+        )
 
     def add(self, rule: str, node: ast.AST, message: str) -> None:
         self.hazards.append(self.make(rule, node, message))
@@ -219,25 +263,23 @@ class _Visitor(ast.NodeVisitor):
             if isinstance(sub, ast.Call) and (
                 self.is_method(sub.func, VALUE_METHODS) or self.torch_func(sub.func, TORCH_VALUE)
             ):
-                called = ast.unparse(sub.func)
+                called = code(sub.func)
                 self.add("GM003", test, f"{what} depends on a tensor value ({called}(...))")
                 return
 
     # -- scopes ------------------------------------------------------------------------------
-    def visit_ClassDef(self, node: ast.ClassDef) -> None:
-        for dec in node.decorator_list:
-            self.visit(dec)
+    def visit_ClassDef(self, node: ast.ClassDef) -> Iterator[ast.AST]:
+        yield from node.decorator_list
         self.classes.append(node.name)
-        for stmt in node.body:
-            self.visit(stmt)
+        yield from node.body
         self.classes.pop()
 
-    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
         for dec in node.decorator_list:
             if not isinstance(dec, ast.Call) and self.name_of(dec) == "torch.compile":
                 self.add("GM008", dec, "bare @torch.compile uses the default inductor backend")
-            self.visit(dec)
-        self.visit(node.args)
+            yield dec
+        yield node.args
         parent = self.frames[-1] if self.frames else None
         excluded = excluded_name(node.name) or (parent is not None and parent.excluded)
         forward = (node in self.forward and not excluded) or (parent is not None and parent.forward)
@@ -250,8 +292,7 @@ class _Visitor(ast.NodeVisitor):
         self.frames.append(frame)
         saved = self.classes
         self.classes = []
-        for stmt in node.body:
-            self.visit(stmt)
+        yield from node.body
         self.classes = saved
         if forward:
             for anchor, message in seq_len_hazards(node):
@@ -261,41 +302,39 @@ class _Visitor(ast.NodeVisitor):
     visit_AsyncFunctionDef = visit_FunctionDef
 
     # -- control flow ------------------------------------------------------------------------
-    def _visit_branches(self, node: ast.If | ast.IfExp, body: list[ast.AST]) -> None:
+    def _visit_branches(self, node: ast.If | ast.IfExp, body: list[ast.AST]) -> Iterator[ast.AST]:
         training = _is_training_test(node.test)
         fallback = _none_test_name(node.test)
         self.training += training
         if fallback:
             self.fallback.append(fallback)
-        for child in body:
-            self.visit(child)
+        yield from body
         self.training -= training
         if fallback:
             self.fallback.pop()
 
-    def visit_If(self, node: ast.If) -> None:
+    def visit_If(self, node: ast.If) -> Iterator[ast.AST]:
         self.check_test(node.test, "`if`")
-        self.visit(node.test)
-        self._visit_branches(node, node.body)
-        for child in node.orelse:
-            self.visit(child)
+        yield node.test
+        yield from self._visit_branches(node, node.body)
+        yield from node.orelse
 
-    def visit_IfExp(self, node: ast.IfExp) -> None:
+    def visit_IfExp(self, node: ast.IfExp) -> Iterator[ast.AST]:
         self.check_test(node.test, "conditional expression")
-        self.visit(node.test)
-        self._visit_branches(node, [node.body])
-        self.visit(node.orelse)
+        yield node.test
+        yield from self._visit_branches(node, [node.body])
+        yield node.orelse
 
-    def visit_While(self, node: ast.While) -> None:
+    def visit_While(self, node: ast.While) -> Iterator[ast.AST]:
         self.check_test(node.test, "`while`")
-        self.generic_visit(node)
+        yield from self.generic_visit(node)
 
-    def visit_Assert(self, node: ast.Assert) -> None:
+    def visit_Assert(self, node: ast.Assert) -> Iterator[ast.AST]:
         self.check_test(node.test, "`assert`")
-        self.generic_visit(node)
+        yield from self.generic_visit(node)
 
     # -- assignments -------------------------------------------------------------------------
-    def visit_Assign(self, node: ast.Assign | ast.AnnAssign) -> None:
+    def visit_Assign(self, node: ast.Assign | ast.AnnAssign) -> Iterator[ast.AST]:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         value = node.value
         if value is None:
@@ -309,15 +348,14 @@ class _Visitor(ast.NodeVisitor):
                     self.add(
                         "GM007",
                         target,
-                        f"`{ast.unparse(target)}` is re-allocated in forward "
-                        f"({ast.unparse(value.func)}(...))",
+                        f"`{code(target)}` is re-allocated in forward ({code(value.func)}(...))",
                     )
         fallback = bool(names & set(self.fallback))
         self.fallback_assign += fallback
-        self.assign_targets.append([ast.unparse(t) for t in targets])
+        self.assign_targets.append([code(t) for t in targets])
         for target in targets:
-            self.visit(target)
-        self.visit(value)
+            yield target
+        yield value
         self.assign_targets.pop()
         self.fallback_assign -= fallback
 
@@ -341,44 +379,43 @@ class _Visitor(ast.NodeVisitor):
         )
 
     # -- expressions -------------------------------------------------------------------------
-    def visit_Subscript(self, node: ast.Subscript) -> None:
+    def visit_Subscript(self, node: ast.Subscript) -> Iterator[ast.AST]:
         if self.in_forward and isinstance(node.ctx, ast.Load) and _is_mask_index(node.slice):
             self.add(
                 "GM005",
                 node,
-                f"boolean-mask indexing `{ast.unparse(node)}` has a data-dependent shape",
+                f"boolean-mask indexing `{code(node)}` has a data-dependent shape",
             )
-        self.generic_visit(node)
+        yield from self.generic_visit(node)
 
-    def visit_Call(self, node: ast.Call) -> None:
+    def visit_Call(self, node: ast.Call) -> Iterator[ast.AST]:
         self._check_call(node)
-        self.generic_visit(node)
+        yield from self.generic_visit(node)
 
     def _check_call(self, node: ast.Call) -> None:
         func = node.func
         name = self.name_of(func)
-        short = ast.unparse(func)
         self._compile_rules(node, name)
         self._fa_lengths(node, name)
         if name.rpartition(".")[2] in DROPOUT_MODULES and name.startswith("torch.nn"):
-            self.add("GM004", node, f"`{short}` module: dropout is a random op at capture")
+            self.add("GM004", node, f"`{code(func)}` module: dropout is a random op at capture")
         if name in CAT_FUNCS and self._cache_scope():
-            self._kv_cat(node, short)
+            self._kv_cat(node)
         if not self.in_forward:
             return
         if self.is_method(func, HOST_METHODS) or self._to_cpu(node):
-            shown = ast.unparse(node) if func.attr == "to" else f"{short}()"
+            shown = code(node) if func.attr == "to" else f"{code(func)}()"
             self.add("GM002", node, f"`{shown}` copies a tensor value to the host")
         if self.is_method(func, SYNC_METHODS):
-            self.add("GM009", node, f"`{short}()` synchronises a stream/device in forward")
+            self.add("GM009", node, f"`{code(func)}()` synchronises a stream/device in forward")
         if is_self_attr(func) and func.attr in ("register_buffer", "register_parameter"):
-            self.add("GM007", node, f"`{short}` is called in forward")
-        self._random(node, name, short)
-        self._dynamic_shape(node, name, short)
+            self.add("GM007", node, f"`{code(func)}` is called in forward")
+        self._random(node, name)
+        self._dynamic_shape(node, name)
         if name == "torch.arange" and not self.fallback_assign:
             args = [*node.args, *(k.value for k in node.keywords if k.arg in ("start", "end"))]
             if any(_dynamic_arg(a) for a in args):
-                self.add("GM006", node, f"`{ast.unparse(node)}` is computed inside forward")
+                self.add("GM006", node, f"`{code(node)}` is computed inside forward")
 
     def _cache_scope(self) -> bool:
         """Forward scope, or a cache-update method (update, append_to_cache, ...)."""
@@ -393,36 +430,36 @@ class _Visitor(ast.NodeVisitor):
         values = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "device")]
         return any(isinstance(v, ast.Constant) and v.value == "cpu" for v in values)
 
-    def _random(self, node: ast.Call, name: str, short: str) -> None:
+    def _random(self, node: ast.Call, name: str) -> None:
         if self.training:
             return
         if self.torch_func(node.func, DROPOUT_FUNCS):
             training = next((k.value for k in node.keywords if k.arg == "training"), None)
             if isinstance(training, ast.Constant) and training.value is False:
                 return
-            self.add("GM004", node, f"`{short}(...)` in the inference forward")
+            self.add("GM004", node, f"`{code(node.func)}(...)` in the inference forward")
         elif self.torch_func(node.func, RANDOM_FUNCS) or (
             self.is_method(node.func, RANDOM_METHODS) and not name.startswith("torch.nn.init")
         ):
-            self.add("GM004", node, f"`{short}(...)` is a random op")
+            self.add("GM004", node, f"`{code(node.func)}(...)` is a random op")
 
-    def _dynamic_shape(self, node: ast.Call, name: str, short: str) -> None:
+    def _dynamic_shape(self, node: ast.Call, name: str) -> None:
         if self.torch_func(node.func, SHAPE_FUNCS) or self.is_method(node.func, SHAPE_FUNCS):
-            self.add("GM005", node, f"`{short}(...)` has a data-dependent output shape")
+            self.add("GM005", node, f"`{code(node.func)}(...)` has a data-dependent output shape")
         elif name == "torch.where" and len(node.args) + len(node.keywords) == 1:
             self.add("GM005", node, "one-argument torch.where(cond) is nonzero(as_tuple=True)")
 
-    def _kv_cat(self, node: ast.Call, short: str) -> None:
+    def _kv_cat(self, node: ast.Call) -> None:
         seq = node.args[0] if node.args else next((k.value for k in node.keywords), None)
         if seq is None:
             return
         elts = seq.elts if isinstance(seq, (ast.List, ast.Tuple)) else [seq]
         targets = self.assign_targets[-1] if self.assign_targets else []
-        grows = any(ast.unparse(e) in targets and _on_self(e) for e in elts)
+        grows = any(_on_self(e) and code(e) in targets and code(e) != TOO_DEEP for e in elts)
         named = [n for n in map(_root_name, elts) if n and KV_RE.search(n)]
         if grows or named:
             why = "module state re-assigned with itself" if grows else f"input `{named[0]}`"
-            self.add("GM001", node, f"`{short}` grows a KV cache ({why})")
+            self.add("GM001", node, f"`{code(node.func)}` grows a KV cache ({why})")
 
     def _compile_rules(self, node: ast.Call, name: str) -> None:
         kws = {k.arg: k.value for k in node.keywords}
@@ -447,17 +484,34 @@ class _Visitor(ast.NodeVisitor):
                 continue
             literal = self._listish(kw.value)
             if literal or (name.startswith("torch_npu.") and not name.startswith("torchair")):
-                self.facts.list_fa.append((node.lineno, ast.unparse(node.func)))
+                self.facts.list_fa.append((node.lineno, code(node.func)))
+
+
+def normalize_newlines(source: str) -> str:
+    """CRLF and lone CR as LF, as Python's tokenizer reads them; lines are then split at LF only
+    (not str.splitlines, which also splits at form feeds and other separators that do not end
+    a Python line and would shift the code shown for a hazard)."""
+    return source.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def analyze_source(source: str, path: str = "<string>") -> tuple[list[Hazard], Facts]:
     """Hazards (unsuppressed, unsorted, without the cross-file GM010) and facts for one file.
 
-    Raises SyntaxError if the source does not parse.
+    Raises SyntaxError if the source does not parse (null bytes included), AnalysisError if it
+    is nested too deeply for the parser (RecursionError/MemoryError inside ``ast.parse``).
     """
-    tree = ast.parse(source, filename=path)
-    visitor = _Visitor(tree, path, source.splitlines())
-    visitor.visit(tree)
+    source = normalize_newlines(source)
+    try:
+        tree = ast.parse(source, filename=path)
+    except ValueError as exc:  # null bytes, on Pythons that do not make it a SyntaxError
+        raise SyntaxError(str(exc)) from None
+    except (RecursionError, MemoryError):
+        raise AnalysisError("expression nested too deeply") from None
+    visitor = _Visitor(tree, path, source.split("\n"))
+    try:
+        visitor.visit(tree)
+    except (RecursionError, MemoryError):  # a helper recursing; the traversal itself is iterative
+        raise AnalysisError("expression nested too deeply") from None
     facts = visitor.facts
     facts.uses_torchair = any(v.split(".")[0] == "torchair" for v in visitor.aliases.values())
     facts.uses_npugraph_ex = any(

@@ -6,6 +6,22 @@ import ast
 
 # Names usable without an import in fixtures/snippets; real imports override them.
 DEFAULT_ALIASES = {"F": "torch.nn.functional", "nn": "torch.nn"}
+TOO_DEEP = "<expression nested too deeply>"
+MAX_CODE = 200  # characters of source shown per hazard (code field, expressions in messages)
+
+
+def clip(text: str, limit: int = MAX_CODE) -> str:
+    """``text``, cut to ``limit`` characters with ``...``: one long line cannot flood a report."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def code(node: ast.AST) -> str:
+    """``ast.unparse(node)`` (clipped) for messages; ``TOO_DEEP`` where the recursive unparser
+    runs out of stack on an expression the parser accepted."""
+    try:
+        return clip(ast.unparse(node))
+    except RecursionError:
+        return TOO_DEEP
 
 
 def dotted(node: ast.AST) -> str | None:

@@ -54,6 +54,14 @@ def _summary(result: CheckResult) -> list[str]:
         f"{hit} file(s): " + ", ".join(f"{effects[e]} {e}" for e in EFFECTS) + ".",
         "",
     ]
+    if result.errors or not result.files:
+        out += [
+            f"**Incomplete:** {len(result.errors)} path(s) could not be checked; this document "
+            "covers only the files checked:",
+            "",
+            *(f"- `{error}`" for error in result.errors),
+            "",
+        ]
     if result.hazards:
         out += ["| Rule | Title | Effect | Count |", "|---|---|---|---|"]
         for rule, n in sorted(Counter(h.rule for h in result.hazards).items()):
@@ -68,8 +76,10 @@ def _files(result: CheckResult) -> list[str]:
     by_file = defaultdict(list)
     for h in result.hazards:
         by_file[h.path].append(h)
-    if not by_file:
+    if not by_file and result.files and not result.errors:
         return out + ["No file needs changes.", ""]
+    if not by_file:
+        return out + ["No hazards in the files checked (incomplete: see the Summary).", ""]
     out += ["| File | Hazards | Rules |", "|---|---|---|"]
     for path, hs in by_file.items():
         out.append(f"| `{path}` | {len(hs)} | {', '.join(sorted({h.rule for h in hs}))} |")

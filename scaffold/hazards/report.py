@@ -6,7 +6,7 @@ import json
 from collections import Counter
 
 from .design import render_markdown
-from .runner import CheckResult
+from .runner import CheckResult, shown
 
 JSON_KEYS = (
     "rule",
@@ -29,20 +29,31 @@ def rule_counts(result: CheckResult) -> str:
     return ", ".join(f"{rule} x{n}" for rule, n in sorted(counts.items()))
 
 
-def render_text(result: CheckResult) -> str:
-    lines = [
-        f"{h.path}:{h.line}:{h.col}: {h.rule} {h.info.effect}: {h.message}" for h in result.hazards
-    ]
-    nfiles = len(result.files)
+def summary(result: CheckResult) -> str:
+    """One line. Claims a clean result only when files were checked and nothing failed."""
+    nfiles, nerrors = len(result.files), len(result.errors)
     note = f" ({result.suppressed} suppressed)" if result.suppressed else ""
+    failed = f"{nerrors} error(s), see stderr"
+    if not nfiles:
+        return f"Nothing checked: {failed}" if nerrors else "Nothing checked: no Python files"
     if result.hazards:
         hit = len({h.path for h in result.hazards})
-        lines.append(
+        line = (
             f"Found {len(result.hazards)} graph-mode hazard(s) in {hit} of {nfiles} file(s): "
             f"{rule_counts(result)}{note}"
         )
-    else:
-        lines.append(f"No graph-mode hazards found in {nfiles} file(s){note}")
+        return f"{line}; incomplete: {failed}" if nerrors else line
+    if nerrors:
+        return f"Incomplete: {failed}; no graph-mode hazards in the {nfiles} file(s) checked{note}"
+    return f"No graph-mode hazards found in {nfiles} file(s){note}"
+
+
+def render_text(result: CheckResult) -> str:
+    lines = [
+        f"{shown(h.path)}:{h.line}:{h.col}: {h.rule} {h.info.effect}: {h.message}"
+        for h in result.hazards
+    ]
+    lines.append(summary(result))
     return "\n".join(lines) + "\n"
 
 

@@ -18,11 +18,12 @@ SEQ_KWARG_RE = re.compile(r"seq|len|pos|kv|cache", re.IGNORECASE)
 
 
 def dim_value(node: ast.AST) -> int | None:
+    """``1`` for ``1``, ``-2`` for ``-2`` (any number of unary minus signs), else None."""
+    sign = 1
+    while isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        sign, node = -sign, node.operand
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        inner = dim_value(node.operand)
-        return None if inner is None else -inner
+        return sign * node.value
     return None
 
 
