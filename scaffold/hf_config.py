@@ -23,7 +23,7 @@ from .spec import name_problem
 from .template import template_root
 
 READER = Path("templates/model/src/{{ model_name }}/hf_config.py")
-DTYPES = ("bfloat16", "float16", "float32")
+DTYPES = ("bfloat16", "float16")  # a float32 checkpoint runs in the default bfloat16 on the device
 
 
 def _load_reader() -> ModuleType:
@@ -78,7 +78,7 @@ def answers_from_hf_config(path: Path, derive_name: bool = True) -> dict[str, An
     """Interview answers (copier.yml names) for the architecture in a HF config.
 
     `path` is a config.json or a checkpoint directory holding one. Returns every
-    architecture answer, `dtype` when the config names a supported one, `max_seq_len` when
+    architecture answer, `dtype` when the config names a device dtype (float32 keeps the default), `max_seq_len` when
     `max_position_embeddings` is below the default, and (when `derive_name`) `model_name`
     derived from the directory name. Raises UserError otherwise.
     """

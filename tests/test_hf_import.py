@@ -32,11 +32,19 @@ def test_llama_answers_for_the_interview(tmp_path):
 
 def test_short_context_sets_max_seq_len_and_dtype(tmp_path):
     path = write_config(
-        tmp_path / "q2", model_type="qwen2", max_position_embeddings=512, dtype="float32"
+        tmp_path / "q2", model_type="qwen2", max_position_embeddings=512, dtype="float16"
     )
     answers = answers_from_hf_config(path / "config.json")  # the file itself works too
-    assert answers["max_seq_len"] == 512 and answers["dtype"] == "float32"
+    assert answers["max_seq_len"] == 512 and answers["dtype"] == "float16"
     assert answers["model_name"] == "q2"
+
+
+def test_a_float32_checkpoint_keeps_the_device_default(tmp_path):
+    """float32 is no device dtype (the fused attention takes float16/bfloat16)."""
+    path = write_config(tmp_path / "m", model_type="llama", torch_dtype="float32")
+    answers = answers_from_hf_config(path)
+    assert "dtype" not in answers
+    assert validate(collect_answers(answers, defaults=True)).dtype == "bfloat16"
 
 
 def test_unsupported_dtype_is_left_to_the_default(tmp_path):
@@ -62,7 +70,6 @@ def test_every_accepted_config_passes_the_interviews_rules(tmp_path, fields, exp
     path = write_config(tmp_path / "ckpt", **fields)
     answers = answers_from_hf_config(path)
     assert {k: answers[k] for k in expected} == expected
-    answers.pop("dtype", None)  # a float32 checkpoint: not an NPU answer (tests/test_bad_input)
     validate(collect_answers(answers, defaults=True))
 
 
