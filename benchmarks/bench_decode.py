@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from scaffold.cli import collect_answers
+from scaffold.interview import collect_answers
 from scaffold.hf_config import answers_from_hf_config
 from scaffold.render import render
 from scaffold.spec import validate
@@ -51,7 +51,7 @@ def make_checkpoint(path: Path):
 
 def load_package(ckpt: Path, dest: Path):
     given = answers_from_hf_config(ckpt)
-    given.update(model_name=NAME, dtype="float32")
+    given.update(model_name=NAME)  # rendered for the device (bf16); run here in fp32
     render(validate(collect_answers(given, defaults=True)), dest)
     sys.path.insert(0, str(dest / "src"))
     return {m: importlib.import_module(f"{NAME}.{m}") for m in ("graph", "config", "metadata")} | {
