@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Create a CPU venv with torch==2.13.0 + torch-npu==2.13.0, build the stand-in CANN libraries
-# and print the env vars that tests/test_npu_emulation.py and generated packages' npu_emulated
-# tier use. Usage: .ci/npu_emulation.sh [VENV_DIR]   (default .venv-npu)
+# and print the env vars that tests/test_npu_emulation.py, tests/test_npu_mutations.py and
+# generated packages' npu_emulated tier use. Usage: .ci/npu_emulation.sh [VENV_DIR]
+# (default .venv-npu). The emulation is strict (device limits raise); .ci/run also exports
+# ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION=1 so that nothing needing it may skip.
 # In CI: eval "$(.ci/npu_emulation.sh .venv-npu | grep "^export ")" then run pytest.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,6 +31,7 @@ d = e.build_stubs()
 e.activate()
 import torch, torch_npu, torchair
 assert not torch.npu.is_available()
+assert e.strict()  # the default: device limits raise
 print(d)
 ' | tail -n 1)"
 

@@ -2,8 +2,9 @@
 
 Tests ``scaffold.npu_emulation`` of this checkout (put first on the subprocess's PYTHONPATH).
 Needs an interpreter with torch==2.13.0 and torch-npu==2.13.0 installed, given by
-ASCEND_SCAFFOLD_NPU_PYTHON (see .ci/npu_emulation.sh); skipped otherwise. Every check runs in a
-subprocess of that interpreter, so this test process never imports torch_npu.
+ASCEND_SCAFFOLD_NPU_PYTHON (see .ci/npu_emulation.sh); skipped otherwise, and failed instead
+where ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION=1 (CI). Every check runs in a subprocess of that
+interpreter, so this test process never imports torch_npu.
 """
 
 from __future__ import annotations
@@ -20,11 +21,24 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 NPU_PYTHON = os.environ.get("ASCEND_SCAFFOLD_NPU_PYTHON")
 
-pytestmark = pytest.mark.skipif(
-    not NPU_PYTHON,
-    reason="set ASCEND_SCAFFOLD_NPU_PYTHON to a python with torch-npu==2.13.0 installed "
-    "(.ci/npu_emulation.sh creates one)",
+REQUIRED = os.environ.get("ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION", "").strip().lower() not in (
+    "",
+    "0",
+    "false",
+    "no",
 )
+UNAVAILABLE = (
+    "set ASCEND_SCAFFOLD_NPU_PYTHON to a python with torch-npu==2.13.0 installed "
+    "(.ci/npu_emulation.sh creates one)"
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _needs_emulation():
+    if not NPU_PYTHON:
+        if REQUIRED:
+            pytest.fail(f"{UNAVAILABLE}; ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION=1 requires it")
+        pytest.skip(UNAVAILABLE)
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +46,17 @@ def stub_root(tmp_path_factory) -> str:
     return os.environ.get("ASCEND_SCAFFOLD_NPU_STUBS") or str(tmp_path_factory.mktemp("stubs"))
 
 
-def run_npu(code: str, stub_root: str, *args: str, timeout: int = 600) -> dict:
+def run_npu(
+    code: str, stub_root: str, *args: str, timeout: int = 600, env_extra: dict | None = None
+) -> dict:
     """Run ``code`` in the emulation interpreter; it prints one ``RESULT=<json>`` line."""
-    env = {k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
+    drop = (
+        "TORCH_DEVICE_BACKEND_AUTOLOAD",
+        "ASCEND_SCAFFOLD_NPU_STRICT",
+        "ASCEND_SCAFFOLD_NPU_PLATFORM",
+    )
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(env_extra or {})
     env["ASCEND_SCAFFOLD_NPU_STUBS"] = stub_root
     env["PYTHONPATH"] = str(REPO)  # this checkout's scaffold.npu_emulation
     prelude = "import json, sys\nfrom scaffold.npu_emulation import emulation as emu\n"
@@ -120,19 +142,26 @@ bsh = lambda t: t.transpose(1, 2).reshape(t.shape[0], t.shape[2], -1)
 o_bsh = torch_npu.npu_fused_infer_attention_score(
     bsh(q), bsh(kc), bsh(vc), actual_seq_lengths_kv=lens, input_layout="BSH", **kw)[0]
 out["fia_decode_bsh"] = (o_bsh.float() - bsh(ref)).abs().max().item()
+bsnd = lambda t: t.transpose(1, 2).contiguous()  # the op takes no strided views
 o_bsnd = torch_npu.npu_fused_infer_attention_score(
-    q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2), actual_seq_lengths_kv=lens,
-    input_layout="BSND", **kw)[0]
+    bsnd(q), bsnd(kc), bsnd(vc), actual_seq_lengths_kv=lens, input_layout="BSND", **kw)[0]
 out["fia_decode_bsnd"] = (o_bsnd.float() - ref.transpose(1, 2)).abs().max().item()
 # keys beyond actual_seq_lengths_kv are ignored
 kc2 = kc.clone(); kc2[0, :, lens[0]:] = 1e4
 o2 = torch_npu.npu_fused_infer_attention_score(
     q, kc2, vc, actual_seq_lengths_kv=lens, input_layout="BNSD", **kw)[0]
 out["fia_ignores_tail"] = (o2.float() - o.float()).abs().max().item()
-# torchair (GE) interface, tensor lengths
-o_air = torchair.ops.npu_fused_infer_attention_score(
-    q, kc, vc, actual_seq_lengths=torch.ones(B, dtype=torch.int64),
-    actual_seq_lengths_kv=torch.tensor(lens), input_layout="BNSD", **kw)[0]
+# torchair (GE) interface, tensor lengths: only inside a graph; eagerly it raises, as torchair
+def air(q, kc, vc, lq, lkv):
+    return torchair.ops.npu_fused_infer_attention_score(
+        q, kc, vc, actual_seq_lengths=lq, actual_seq_lengths_kv=lkv, input_layout="BNSD", **kw)[0]
+air_args = (q, kc, vc, torch.ones(B, dtype=torch.int64), torch.tensor(lens))
+try:
+    air(*air_args)
+    out["fia_air_eager"] = "no error"
+except NotImplementedError as exc:
+    out["fia_air_eager"] = str(exc)
+o_air = torch.compile(air, backend="aot_eager", fullgraph=True, dynamic=False)(*air_args)
 out["fia_air"] = (o_air.float() - o.float()).abs().max().item()
 
 # --- FIA prefill, sparse_mode=3 right-down causal, padded rows -----------------------------
@@ -210,8 +239,10 @@ ref_k = kr * cos + rotate_half(kr) * sin
 q_in, k_in = qr.clone(), kr.clone()
 qo, ko = torch_npu.npu_apply_rotary_pos_emb(q_in, k_in, cos, sin, layout="BSND")
 out["rotary"] = max((qo - ref_q).abs().max().item(), (ko - ref_k).abs().max().item())
+# as on the device: written into query/key, and those same tensors returned
 out["rotary_inplace"] = torch.allclose(q_in, ref_q, atol=1e-6) and torch.allclose(
     k_in, ref_k, atol=1e-6)
+out["rotary_returns_inputs"] = qo is q_in and ko is k_in
 print("RESULT=" + json.dumps(out))
 """
 
@@ -229,6 +260,7 @@ def test_reference_kernels(stub_root):
         assert r[key] < tol, (key, r[key])
     assert r["fia_ignores_tail"] == 0.0
     assert r["fia_air"] == 0.0
+    assert "runs only inside a GE graph" in r["fia_air_eager"], r["fia_air_eager"]
     assert r["fia_prefill_padded_rows"] == 0.0
     assert r["bad_mask_rejected"]
     assert r["scatter_functional_untouched"] and r["scatter_functional"]
@@ -236,7 +268,7 @@ def test_reference_kernels(stub_root):
     assert r["rms_norm"] < tol
     assert r["rms_norm_rstd_shape"] == [2, 5, 1, "torch.float32"]
     assert r["rotary"] < 1e-5
-    assert r["rotary_inplace"]
+    assert r["rotary_inplace"] and r["rotary_returns_inputs"]
 
 
 DECODE = """
@@ -247,10 +279,11 @@ import torch_npu
 from torch._dynamo.utils import counters
 
 dynamic = sys.argv[1] == "dynamic"
-B, H, N, NKV, D, SMAX, STEPS = 2, 64, 4, 2, 16, 48, 32
+B, H, N, NKV, D, SMAX, STEPS = 2, 64, 4, 2, 64, 48, 32
+DT = torch.bfloat16  # what the device's FIA takes (strict emulation)
 torch.manual_seed(0)
-w_norm = torch.randn(H)
-wq, wk, wv = (torch.randn(H, n * D) * 0.1 for n in (N, NKV, NKV))
+w_norm = torch.randn(H, dtype=DT)
+wq, wk, wv = ((torch.randn(H, n * D) * 0.1).to(DT) for n in (N, NKV, NKV))
 
 def step(x, k_cache, v_cache, pos, lens_kv):
     h = torch_npu.npu_rms_norm(x, w_norm, epsilon=1e-6)[0]
@@ -264,11 +297,11 @@ def step(x, k_cache, v_cache, pos, lens_kv):
         num_heads=N, num_key_value_heads=NKV, scale=1 / math.sqrt(D), input_layout="BNSD",
         sparse_mode=0)[0]
 
-xs = [torch.randn(B, 1, H) for _ in range(STEPS)]
+xs = [torch.randn(B, 1, H, dtype=DT) for _ in range(STEPS)]
 start = [3, 7]
 
 def run(fn):
-    kc, vc = torch.zeros(B, NKV, SMAX, D), torch.zeros(B, NKV, SMAX, D)
+    kc, vc = torch.zeros(B, NKV, SMAX, D, dtype=DT), torch.zeros(B, NKV, SMAX, D, dtype=DT)
     outs = []
     for t in range(STEPS):
         p = [s + t for s in start]
@@ -329,6 +362,17 @@ def layer(x, weight, eps, q, k, cos, sin, k_cache, v_cache, kv_len, k_new, mask,
         sparse_mode=0,
     )[0]
     return o, o2, torch.ops.npu.npu_rms_norm.default(x, weight, 1e-6)
+
+
+def aliased(q, k, v, lens_q, lens_kv, n_heads, causal, tensor_lengths):
+    if tensor_lengths:
+        fia = torchair.ops.npu_fused_infer_attention_score
+    else:
+        fia = torch_npu.npu_fused_infer_attention_score
+    other = torch_npu.npu_fused_infer_attention_score if causal else fia
+    o = fia(q, k, v, actual_seq_lengths=lens_q, actual_seq_lengths_kv=lens_kv,
+            num_heads=n_heads, input_layout="BNSD", sparse_mode=3 if causal else 0)[0]
+    return o, other(q, k, v, num_heads=n_heads, input_layout="BSND")
 """
 
 BAD = """
@@ -339,6 +383,15 @@ def f(x, w, q, k, v, lens):
     tn.npu_rms_norm(x, w, eps=1e-6)
     tn.npu_prompt_flash_attention(q, k, v, actual_seq_lengths=lens, num_heads=8)
     tn.npu_prompt_flash_attention(q, k, v, actual_seq_lengths=[4, 4], num_heads=8)
+
+import torchair
+
+
+def g(q, k, v, cos, sin, lens, c):
+    fia = torchair.ops.npu_fused_infer_attention_score if c else tn.npu_fused_infer_attention_score
+    fia(q, k, v, actual_seq_qlen=lens)
+    tn.npu_fused_infer_attention_score(q, k, v, input_layout="BNDS", sparse_mode=5 if c else 0)
+    tn.npu_apply_rotary_pos_emb(q, k, cos, sin, "BNSD", rotary_mode="interleave")
 """
 
 
@@ -358,10 +411,22 @@ def test_schema_check(stub_root, tmp_path):
     )
     assert r["good"] == [], r["good"]
     bad_text = "\n".join(r["bad"])
-    assert len(r["bad"]) == 2, r["bad"]
+    assert len(r["bad"]) == 8, r["bad"]
     assert "unknown keyword 'eps'" in bad_text and "bad.py:6" in bad_text
     assert "actual_seq_lengths" in bad_text and "int[]" in bad_text and "bad.py:7" in bad_text
     assert "bad.py:8" not in bad_text  # a literal constant is fine
+    # through the local alias: checked against both ops the name may hold
+    for op in ("torchair.ops", "torch_npu"):
+        assert (
+            f"bad.py:15: fia (= {op}.npu_fused_infer_attention_score): unknown keyword "
+            "'actual_seq_qlen'" in bad_text
+        ), bad_text
+    # accepted values (scaffold.device_limits, A3), both arms of a conditional expression
+    assert "bad.py:16" in bad_text and "'input_layout'='BNDS' is not accepted on A3" in bad_text
+    assert "'sparse_mode'=5 is not accepted on A3" in bad_text
+    assert "'sparse_mode'=0" not in bad_text
+    assert "bad.py:17" in bad_text and "'layout'='BNSD' is not accepted on A3" in bad_text
+    assert "'rotary_mode'='interleave' is not accepted on A3" in bad_text
 
 
 def test_no_env_leak_plain_torch_keeps_working(stub_root):
@@ -405,3 +470,239 @@ def test_cli_npu_emulate_reports_env(stub_root, tmp_path):
     not_a_venv.mkdir()
     bad = CliRunner().invoke(app, ["npu-emulate", "--venv", str(not_a_venv)])
     assert bad.exit_code == 2
+
+
+STRICT = """
+emu.activate()
+import torch, torch_npu
+out = {"strict": emu.strict(), "platform": emu.current_platform()}
+
+
+def attempt(name, fn):
+    try:
+        fn()
+        out[name] = None
+    except Exception as exc:
+        out[name] = type(exc).__name__ + ": " + str(exc)
+
+
+B, N, S, D = 1, 2, 4, 64
+q = torch.randn(B, N, S, D, dtype=torch.bfloat16)
+view = torch.randn(B, S, N, D, dtype=torch.bfloat16).transpose(1, 2)  # BNSD, strided
+fia = torch_npu.npu_fused_infer_attention_score
+kw = dict(num_heads=N, input_layout="BNSD")
+attempt("ok", lambda: fia(q, q, q, **kw))
+attempt("fp32", lambda: fia(q.float(), q.float(), q.float(), **kw))
+attempt("strided_key", lambda: fia(q, view, q, **kw))
+attempt("layout", lambda: fia(q, q, q, num_heads=N, input_layout="BNDS"))
+attempt("sparse5", lambda: fia(q, q, q, sparse_mode=5, **kw))
+cos = torch.randn(B, S, 1, 96)
+attempt("rotary_d96", lambda: torch_npu.npu_apply_rotary_pos_emb(
+    torch.randn(B, S, N, 96), torch.randn(B, S, N, 96), cos, cos))
+cos = torch.randn(B, S, 1, D)
+attempt("rotary_mode", lambda: torch_npu.npu_apply_rotary_pos_emb(
+    torch.randn(B, S, N, D), torch.randn(B, S, N, D), cos, cos, rotary_mode="quarter"))
+out["violations"] = list(emu.CONSTRAINT_VIOLATIONS)
+print("RESULT=" + json.dumps(out))
+"""
+
+
+def test_strict_by_default_raises_what_the_device_refuses(stub_root):
+    r = run_npu(STRICT, stub_root)
+    assert r["strict"] is True and r["platform"] == "A3"
+    assert r["ok"] is None
+    for key, fragment in {
+        "fp32": "query dtype float32 (the device takes float16/bfloat16/int8)",
+        "strided_key": "key is not contiguous (shape (1, 2, 4, 64), strides (512, 64, 128, 1))",
+        "layout": "input_layout 'BNDS' is not accepted (accepted: BSH, BSND, BNSD, TND",
+        "sparse5": "sparse_mode 5 is not accepted (accepted: 0, 1, 2, 3, 4)",
+        "rotary_d96": "head dim D=96, the op takes D = 64 or 128",
+        "rotary_mode": "rotary_mode 'quarter' is not accepted (accepted: half)",
+    }.items():
+        assert r[key] and r[key].startswith("DeviceConstraintError: [npu emulation, A3]"), r[key]
+        assert fragment in r[key], (key, r[key])
+
+
+def test_strict_opt_out_records_and_platform_is_chosen(stub_root):
+    r = run_npu(
+        STRICT,
+        stub_root,
+        env_extra={"ASCEND_SCAFFOLD_NPU_STRICT": "0", "ASCEND_SCAFFOLD_NPU_PLATFORM": "A2"},
+    )
+    assert r["strict"] is False and r["platform"] == "A2"
+    assert all(r[k] is None for k in ("ok", "fp32", "strided_key", "rotary_d96")), r
+    assert r["layout"].startswith("NotImplementedError")  # recorded, then not emulated
+    text = "\n".join(r["violations"])
+    assert "[A2] npu_fused_infer_attention_score: query dtype float32" in text
+    assert "[A2] npu_fused_infer_attention_score: key is not contiguous" in text
+    assert "[A2] npu_apply_rotary_pos_emb: head dim D=96" in text
+
+
+ALIASING = """
+emu.activate()
+import warnings
+import torch, torch_npu, torchair
+B, S, N, D = 2, 3, 2, 64
+torch.manual_seed(0)
+x = torch.randn(B, S, 2 * N * D)
+cos, sin = torch.randn(B, S, 1, D), torch.randn(B, S, 1, D)
+
+
+def step(x, cos, sin, contiguous):
+    q, k = x.split(N * D, dim=-1)
+    q, k = q.view(B, S, N, D), k.view(B, S, N, D)  # strided views of one projection
+    if contiguous:
+        q, k = q.contiguous(), k.contiguous()
+    q, k = torch_npu.npu_apply_rotary_pos_emb(q, k, cos, sin)
+    return q.transpose(1, 2).contiguous(), k.transpose(1, 2).contiguous()
+
+
+out = {"pinned": torch._functorch.config.error_on_custom_op_aliasing}
+eager = step(x.clone(), cos, sin, False)
+for contiguous in (False, True):
+    torch._dynamo.reset()
+    fn = torch.compile(step, backend="aot_eager", fullgraph=True)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = fn(x.clone(), cos, sin, contiguous)
+        out[str(contiguous)] = max((a - e).abs().max().item() for a, e in zip(got, eager))
+        out["warned"] = any("must not also be an input" in str(w.message) for w in caught)
+    except Exception as exc:
+        out[str(contiguous)] = type(exc).__name__ + ": " + str(exc)
+print("RESULT=" + json.dumps(out))
+"""
+
+
+def test_rotary_returns_its_inputs_and_compiled_graphs_must_not_rely_on_new_tensors(stub_root):
+    """As on the device the op writes into q/k and returns them; a graph traced with the
+    schema's new outputs then sees other strides at run time: strided inputs are refused in a
+    compiled graph, contiguous ones work. torch's aliasing check only warns, also with $CI."""
+    r = run_npu(ALIASING, stub_root, env_extra={"CI": "1"})
+    assert r["pinned"] is False
+    assert r["False"].startswith("DeviceConstraintError"), r["False"]
+    assert "npu_apply_rotary_pos_emb: query is a strided view" in r["False"]
+    assert "the op writes into it and returns it" in r["False"]
+    assert r["True"] == 0.0, r
+    assert r["warned"]  # torch 2.13: "deprecated and will become an error"
+
+
+SEAM = """
+from dataclasses import dataclass
+
+import torch
+
+NPUGRAPH_EX_OPTIONS = {"frozen_parameter": True, "@OPT@": True}
+
+
+def npu_available():
+    return False
+
+
+@dataclass
+class ModelConfig:
+    exe_mode: str = "eager"
+    enable_cache_compile: bool = False
+    output_path: str = ""
+
+
+def compile_decode(model, config):
+    if not npu_available():
+        return torch.compile(model.decode, backend="aot_eager")
+    if config.exe_mode == "npugraph_ex":
+        if config.enable_cache_compile:
+            return torch.npu.npugraph_ex.inference.cache_compile(
+                model.decode, @NGX_KW@=config.output_path, dynamic=True, options=NPUGRAPH_EX_OPTIONS
+            )
+        return torch.compile(
+            model.decode, backend="npugraph_ex", dynamic=True, options=NPUGRAPH_EX_OPTIONS
+        )
+    import torchair
+
+    cfg = torchair.CompilerConfig()
+    cfg.experimental_config.@ATTR@ = True
+    cfg.experimental_config.topology_sorting_strategy = "@STRATEGY@"
+    if config.enable_cache_compile:
+        return torchair.inference.cache_compile(
+            model.decode, config=cfg, @GE_KW@=config.output_path, dynamic=False, ge_cache=True
+        )
+    backend = torchair.get_npu_backend(@BACKEND_KW@=cfg)
+    return torch.compile(model.decode, backend=backend, @COMPILE_KW@=True, dynamic=False)
+"""
+SEAM_GOOD = {
+    "OPT": "inplace_pass",
+    "NGX_KW": "cache_dir",
+    "ATTR": "frozen_parameter",
+    "STRATEGY": "StableRDFS",
+    "GE_KW": "cache_dir",
+    "BACKEND_KW": "compiler_config",
+    "COMPILE_KW": "fullgraph",
+}
+SEAM_BAD = {
+    ("OPT", "inplace_passs"): [
+        "NPUGRAPH_EX_OPTIONS: npugraph_ex option 'inplace_passs'=True: ValueError: "
+        "Invalid option 'inplace_passs'",
+        "npugraph_ex: npugraph_ex option 'inplace_passs'=True",
+        "npugraph_ex+cache_compile: compile_decode raised ValueError: Invalid option "
+        "'inplace_passs'",
+    ],
+    ("NGX_KW", "cache_path"): [
+        "npugraph_ex+cache_compile: npugraph_ex.inference.cache_compile(..., cache_path=...): "
+        "swallowed by **kwargs and never used",
+    ],
+    ("ATTR", "frozen_paramter"): [
+        "ge_graph: compile_decode raised ValueError: _ExperimentalConfig has no option "
+        "frozen_paramter",
+    ],
+    ("STRATEGY", "Stable"): [
+        "ge_graph: compile_decode raised ValueError: Value 'Stable'",
+        "not in optional list ['BFS', 'DFS', 'RDFS', 'StableRDFS']",
+    ],
+    ("GE_KW", "cache_path"): [
+        "ge_graph+cache_compile: torchair.inference.cache_compile(..., cache_path=...): "
+        "swallowed by **kwargs and never used",
+    ],
+    ("BACKEND_KW", "compiler_cfg"): [
+        "ge_graph: compile_decode raised TypeError: get_npu_backend() got an unexpected "
+        "keyword argument 'compiler_cfg'",
+    ],
+    ("COMPILE_KW", "fullgraf"): [
+        "ge_graph: torch.compile: got an unexpected keyword argument 'fullgraf'",
+    ],
+}
+
+
+def test_compile_seam_check(stub_root, tmp_path):
+    cases = {"good": dict(SEAM_GOOD)}
+    for key, value in SEAM_BAD:
+        cases[f"{key}={value}"] = {**SEAM_GOOD, key: value}
+    paths = {}
+    for name, values in cases.items():
+        text = SEAM
+        for key, value in values.items():
+            text = text.replace(f"@{key}@", value)
+        paths[name] = tmp_path / f"seam_{len(paths)}.py"
+        paths[name].write_text(text)
+    r = run_npu(
+        """
+        import importlib.util
+        emu.activate()  # before the module's `import torch`
+        from scaffold.npu_emulation import check_compile_seam
+        out = {}
+        for name, path in json.loads(sys.argv[1]).items():
+            spec = importlib.util.spec_from_file_location(f"seam{len(out)}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            out[name] = check_compile_seam(module)
+            out[name + ":restored"] = module.npu_available() is False
+        print("RESULT=" + json.dumps(out))
+        """,
+        stub_root,
+        json.dumps({k: str(v) for k, v in paths.items()}),
+    )
+    assert r["good"] == [], r["good"]
+    for (key, value), fragments in SEAM_BAD.items():
+        found = "\n".join(r[f"{key}={value}"])
+        assert r[f"{key}={value}:restored"]
+        for fragment in fragments:
+            assert fragment in found, (key, value, found)

@@ -137,3 +137,110 @@ def test_rendered_tier_skips_with_a_reason_without_the_emulation(cli, tmp_path):
     assert proc.returncode == 0, out
     assert " passed" not in out and " skipped" in out, out
     assert MISSING in out and "it provides the npu_emulated tier" in out, out
+
+
+def test_schema_check_follows_local_aliases_and_conditional_values():
+    """Calls through a local name (assignment, if/else, conditional expression, walrus) are
+    checked against every op the name may hold; nested scopes see their parents' names."""
+    from scaffold.npu_emulation.schema_check import _calls, _literal_values
+
+    tree = ast.parse(
+        """
+import torch_npu
+import torchair
+
+fused = torch_npu.npu_rms_norm
+
+
+def attention(q, k, v, lengths, causal):
+    if isinstance(lengths, list):
+        fia = torch_npu.npu_fused_infer_attention_score
+    else:
+        fia = torchair.ops.npu_fused_infer_attention_score
+    both = torchair.ops.npu_fused_infer_attention_score if causal else fia
+    other = len
+    fia(q, k, v, sparse_mode=3 if causal else 0)
+    both(q, k, v)
+    other(q)
+
+    def inner(x, w):
+        return fused(x, w), fia(q, k, v)
+
+    return (rope := torch_npu.npu_apply_rotary_pos_emb)(q, k, v, v)
+"""
+    )
+    found = {
+        (node.lineno, via): sorted(t[2] for t in targets)
+        for node, targets, via in _calls(tree, import_aliases(tree))
+    }
+    fia = [
+        "torch_npu.npu_fused_infer_attention_score",
+        "torchair.ops.npu_fused_infer_attention_score",
+    ]
+    assert found[(15, "fia")] == fia
+    assert found[(16, "both")] == ["torchair.ops.npu_fused_infer_attention_score"]  # `fia` arm:
+    # names are resolved one level (an alias of an alias is not followed)
+    assert found[(20, "fused")] == ["torch_npu.npu_rms_norm"]
+    assert found[(20, "fia")] == fia
+    assert not any(via == "other" for _, via in found)
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno == 15)
+    sparse = next(k.value for k in call.keywords if k.arg == "sparse_mode")
+    assert _literal_values(sparse) == [3, 0]
+    assert _literal_values(ast.parse("x if c else 1").body[0].value) is None
+
+
+def test_device_limits_table_comes_from_copier_yml():
+    """copier.yml's device_limits is the table; device_limits adds the documented limits it
+    does not list, and refuses keys it does not know."""
+    import yaml
+
+    from scaffold import device_limits as dl
+
+    table = yaml.safe_load((REPO / "copier.yml").read_text())["device_limits"]["default"]
+    assert set(table) == set(dl.PLATFORMS)
+    for platform in dl.PLATFORMS:
+        limits = dl.LIMITS[platform]
+        for op, values in table[platform].items():
+            for key, value in values.items():
+                got = getattr(getattr(limits, op), key)
+                assert got == (tuple(value) if isinstance(value, list) else value), (op, key)
+    a3 = dl.LIMITS["A3"]
+    assert a3.attention.dtypes == ("float16", "bfloat16", "int8")
+    assert a3.attention.max_group == 64 and a3.attention.max_kv_len == 262_144
+    assert a3.attention.max_heads == 256 and a3.attention.max_head_dim == 512
+    assert a3.attention.sparse_modes == (0, 1, 2, 3, 4) and a3.attention.contiguous
+    assert set(a3.attention.input_layouts) == {"BSH", "BSND", "BNSD", "TND", "BNSD_BSND"}
+    assert a3.rotary.head_dims == (64, 128) and a3.rotary.rotary_modes == ("half",)
+    assert a3.rotary.layouts == ("BSND", "TND") and a3.rotary.in_place
+    assert not dl.LIMITS["950"].attention.documented
+    assert dl.DOC_DEFAULTS["950"].rotary.max_head_dim == 1024
+    assert set(dl.DOC_DEFAULTS["950"].rotary.rotary_modes) == {"half", "interleave", "quarter"}
+    with pytest.raises(ValueError, match="unknown limit"):
+        dl._overlay(dl.RotaryLimits(), {"head_dim": [64]}, "A3.rotary")
+    with pytest.raises(KeyError, match="unknown platform"):
+        dl.LIMITS["A1"]
+
+
+def test_device_limits_platform(monkeypatch):
+    from scaffold import device_limits as dl
+
+    monkeypatch.delenv(dl.PLATFORM_ENV, raising=False)
+    assert dl.resolve_platform() == "A3" and dl.resolve_platform("A2") == "A2"
+    monkeypatch.setenv(dl.PLATFORM_ENV, "950")
+    assert dl.resolve_platform() == "950"
+    with pytest.raises(ValueError, match="unknown Ascend platform 'A5'"):
+        dl.resolve_platform("A5")
+
+
+def test_required_env_and_ci_require_the_emulation(monkeypatch):
+    from scaffold.npu_emulation import emulation
+
+    for value, expected in (("", False), ("0", False), ("false", False), ("1", True)):
+        monkeypatch.setenv(emulation.REQUIRE_ENV, value)
+        assert emulation.required() is expected
+    monkeypatch.delenv(emulation.STRICT_ENV, raising=False)
+    assert emulation.strict()  # strict by default
+    monkeypatch.setenv(emulation.STRICT_ENV, "0")
+    assert not emulation.strict()
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "export ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION=1" in ci

@@ -8,7 +8,10 @@ fixture; ``ascend-scaffold npu-emulate`` and this project's tests use it too.
 Light on purpose, it is a test-time dependency: importing this package needs only the standard
 library (no torch, torch_npu, CLI or copier); :func:`activate` imports torch_npu / torchair, and
 :func:`unavailable_reason` reports why it cannot (e.g. torch_npu not installed) without raising.
-:func:`check_npu_calls` (:mod:`.schema_check`) is loaded on first use.
+:func:`check_npu_calls` (:mod:`.schema_check`) and :func:`check_compile_seam`
+(:mod:`.compile_check`) are loaded on first use. The kernels are strict by default: a call the
+device would refuse (:mod:`scaffold.device_limits`, per platform) raises
+:class:`DeviceConstraintError`.
 """
 
 from __future__ import annotations
@@ -18,17 +21,26 @@ from scaffold import __version__
 from .emulation import (
     AUTOLOAD_ENV,
     CONSTRAINT_VIOLATIONS,
+    PLATFORM_ENV,
+    REQUIRE_ENV,
     STRICT_ENV,
     STUBS_ENV,
+    DeviceConstraintError,
     EmulationUnavailable,
     activate,
     build_stubs,
+    current_platform,
     emulation_env,
     fused_infer_attention_ref,
+    limits,
     reexec_with_env,
+    required,
     rms_norm_ref,
+    rotary_inplace,
     rotary_ref,
     scatter_update_ref,
+    set_platform,
+    strict,
     stub_manifest,
     unavailable_reason,
 )
@@ -40,25 +52,39 @@ def __getattr__(name: str):
         from .schema_check import check_npu_calls
 
         return check_npu_calls
+    if name == "check_compile_seam":
+        from .compile_check import check_compile_seam
+
+        return check_compile_seam
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
     "AUTOLOAD_ENV",
     "CONSTRAINT_VIOLATIONS",
+    "PLATFORM_ENV",
+    "REQUIRE_ENV",
     "STRICT_ENV",
     "STUBS_ENV",
+    "DeviceConstraintError",
     "EmulationUnavailable",
     "__version__",
     "activate",
     "build_stubs",
+    "check_compile_seam",
     "check_npu_calls",
+    "current_platform",
     "emulation_env",
     "fused_infer_attention_ref",
+    "limits",
     "reexec_with_env",
+    "required",
     "rms_norm_ref",
+    "rotary_inplace",
     "rotary_ref",
     "scatter_update_ref",
+    "set_platform",
+    "strict",
     "stub_manifest",
     "unavailable_reason",
 ]

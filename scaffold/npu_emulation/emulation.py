@@ -28,9 +28,15 @@ Environment
 * ``ASCEND_SCAFFOLD_NPU_STUBS``: root directory of the stub cache (default
   ``~/.cache/ascend-scaffold/npu-stubs``); stubs go to ``<root>/<key>`` where the key is the
   torch_npu version plus a hash of the wheel's ``.so`` list.
-* ``ASCEND_SCAFFOLD_NPU_STRICT=1``: documented device constraints that the CPU kernels can check
-  (e.g. FIA needs float16/bfloat16, rotary needs D in {64, 128}) raise instead of being recorded
-  in :data:`CONSTRAINT_VIOLATIONS`.
+* Strict by default: documented device limits the CPU kernels can see (FIA query
+  float16/bfloat16, contiguous q/k/v, accepted ``input_layout`` / ``sparse_mode``; rotary
+  D in {64, 128}, layout, mode; ...; the values are :mod:`scaffold.device_limits`'s) raise
+  :class:`DeviceConstraintError`, as the device would refuse the call. They are also recorded
+  in :data:`CONSTRAINT_VIOLATIONS`; ``ASCEND_SCAFFOLD_NPU_STRICT=0`` (debugging) only records.
+* ``ASCEND_SCAFFOLD_NPU_PLATFORM`` (A2, A3, 950; default A3, or ``activate(platform=...)``):
+  whose limits apply.
+* ``ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION=1`` (CI): tests that need the emulation fail instead
+  of skipping when it is missing (:func:`required`).
 
 What cannot run: the ``npu`` / ``npugraph_ex`` dynamo backends and GE graph mode initialise the
 device and fail cleanly; ``device="npu"`` tensors fail. Use ``backend="aot_eager"`` (or
@@ -53,8 +59,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from scaffold import device_limits
+
 STUBS_ENV = "ASCEND_SCAFFOLD_NPU_STUBS"
-STRICT_ENV = "ASCEND_SCAFFOLD_NPU_STRICT"
+STRICT_ENV = "ASCEND_SCAFFOLD_NPU_STRICT"  # "0": record device-limit violations only
+PLATFORM_ENV = device_limits.PLATFORM_ENV
+REQUIRE_ENV = "ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION"
+ALIASING_ENV = "TORCHINDUCTOR_ERROR_ON_CUSTOM_OP_ALIASING"  # torch's own switch
 AUTOLOAD_ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 DEFAULT_CACHE_ROOT = Path("~/.cache/ascend-scaffold/npu-stubs")
 PRIMARY_SONAME = "libascendcl.so"
@@ -121,10 +132,17 @@ _SECUREC_BODIES = {
 }
 _SECUREC_DEPS = {"snprintf_s": "vsnprintf_s", "sprintf_s": "vsprintf_s"}
 
-# Documented device constraints the CPU kernels noticed (unique messages); strict mode raises.
+# Documented device constraints the CPU kernels noticed ("[platform] message", unique);
+# strict mode (the default) also raises.
 CONSTRAINT_VIOLATIONS: list[str] = []
 
-_STATE: dict[str, object] = {"active": False, "handles": [], "libs": [], "stub_dir": None}
+_STATE: dict[str, object] = {
+    "active": False,
+    "handles": [],
+    "libs": [],
+    "stub_dir": None,
+    "platform": None,
+}
 
 
 class EmulationUnavailable(RuntimeError):
@@ -384,12 +402,16 @@ def emulation_env(stub_dir: Path | None = None) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------
 
 
-def activate(cache_dir: Path | None = None) -> bool:
+def activate(cache_dir: Path | None = None, platform: str | None = None) -> bool:
     """Make ``import torch_npu`` / ``import torchair`` work on CPU and register CPU kernels.
 
     Returns True; raises :class:`EmulationUnavailable` with the reason otherwise. Idempotent.
-    Call it before anything imports torch_npu (conftest / test module level).
+    Call it before anything imports torch_npu (conftest / test module level). ``platform``
+    (A2, A3, 950; default ``$ASCEND_SCAFFOLD_NPU_PLATFORM`` or A3) picks the device limits
+    the kernels enforce; it may be given again later (:func:`set_platform`).
     """
+    if platform is not None:
+        set_platform(platform)
     if _STATE["active"]:
         return True
     os.environ.setdefault(AUTOLOAD_ENV, "0")
@@ -409,20 +431,27 @@ def activate(cache_dir: Path | None = None) -> bool:
         raise EmulationUnavailable(
             f"import torch_npu/torchair failed: {type(exc).__name__}: {exc}"
         ) from exc
+    _pin_custom_op_aliasing()
     _register_kernels()
     _STATE["active"] = True
     return True
 
 
-def unavailable_reason(cache_dir: Path | None = None) -> str | None:
+def unavailable_reason(cache_dir: Path | None = None, platform: str | None = None) -> str | None:
     """None when :func:`activate` succeeds, else a one-line reason (for ``pytest.skip``)."""
     try:
-        activate(cache_dir)
+        activate(cache_dir, platform)
     except EmulationUnavailable as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001
         return f"NPU emulation failed: {type(exc).__name__}: {exc}"
     return None
+
+
+def required() -> bool:
+    """``ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION`` is set (CI): a missing emulation must fail
+    the tests that need it instead of skipping them."""
+    return os.environ.get(REQUIRE_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
 def reexec_with_env(argv: list[str] | None = None) -> None:
@@ -435,19 +464,81 @@ def reexec_with_env(argv: list[str] | None = None) -> None:
     os.execve(sys.executable, [sys.executable, *(argv or sys.argv)], env)
 
 
+def _pin_custom_op_aliasing() -> None:
+    """torch 2.13 checks, on the first call of an AOT-compiled graph, that no custom op returns
+    an input (npu_apply_rotary_pos_emb does, as on the device) and raises where ``$CI`` is set,
+    else warns. Pin the warning so the result does not depend on ``$CI``; the environment
+    variable torch reads (TORCHINDUCTOR_ERROR_ON_CUSTOM_OP_ALIASING=1) still makes it an error."""
+    if ALIASING_ENV in os.environ:
+        return
+    try:
+        import torch._functorch.config as functorch_config
+    except ImportError:  # pragma: no cover - older torch
+        return
+    functorch_config.error_on_custom_op_aliasing = False
+
+
+# --------------------------------------------------------------------------------------------
+# device limits and strictness
+# --------------------------------------------------------------------------------------------
+
+
+class DeviceConstraintError(ValueError):
+    """The device would refuse this call (a documented limit of the op on the platform)."""
+
+
+def strict() -> bool:
+    """Strict unless ``ASCEND_SCAFFOLD_NPU_STRICT=0`` (then violations are only recorded)."""
+    return os.environ.get(STRICT_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def set_platform(name: str | None) -> str:
+    """Enforce the limits of `name` (A2, A3, 950); None: back to the environment / A3."""
+    _STATE["platform"] = None if name is None else device_limits.resolve_platform(name)
+    return current_platform()
+
+
+def current_platform() -> str:
+    return _STATE["platform"] or device_limits.resolve_platform()
+
+
+def limits() -> device_limits.DeviceLimits:
+    """The limits the kernels and the static checks enforce now."""
+    return device_limits.LIMITS[current_platform()]
+
+
+def _constraint(ok: bool, message: str, exc: type[Exception] = DeviceConstraintError) -> None:
+    """A documented device constraint: raise (strict, the default) or record it."""
+    if ok:
+        return
+    platform = current_platform()
+    entry = f"[{platform}] {message}"
+    if entry not in CONSTRAINT_VIOLATIONS:
+        CONSTRAINT_VIOLATIONS.append(entry)
+    if strict():
+        raise exc(
+            f"[npu emulation, {platform}] {message} "
+            f"(device limits: scaffold/device_limits.py; {STRICT_ENV}=0 records instead)"
+        )
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _in_compiled_graph() -> bool:
+    """Called from the code of a traced FX graph (what torch.compile runs), not eagerly."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<eval_with_key>"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 # --------------------------------------------------------------------------------------------
 # CPU reference kernels
 # --------------------------------------------------------------------------------------------
-
-
-def _constraint(ok: bool, message: str) -> None:
-    """A documented device constraint (the op would fail or is unsupported on A2/A3)."""
-    if ok:
-        return
-    if os.environ.get(STRICT_ENV, "") not in ("", "0"):
-        raise ValueError(f"[npu emulation, strict] {message}")
-    if message not in CONSTRAINT_VIOLATIONS:
-        CONSTRAINT_VIOLATIONS.append(message)
 
 
 def rms_norm_ref(x, gamma, epsilon=1e-6):
@@ -455,11 +546,20 @@ def rms_norm_ref(x, gamma, epsilon=1e-6):
     fp32 accumulation; returns (y in x.dtype, rstd float32 shaped like x with those dims = 1)."""
     import torch
 
+    lim = limits().rms_norm
     _constraint(
-        x.dtype in (torch.float16, torch.bfloat16, torch.float32),
-        f"npu_rms_norm: dtype {x.dtype} unsupported (float16/bfloat16/float32)",
+        _dtype_name(x.dtype) in lim.dtypes,
+        f"npu_rms_norm: dtype {_dtype_name(x.dtype)} unsupported ({'/'.join(lim.dtypes)})",
     )
-    _constraint(gamma.dtype == x.dtype, "npu_rms_norm: gamma dtype must equal input dtype")
+    _constraint(
+        not lim.gamma_dtype_equals_input or gamma.dtype == x.dtype,
+        f"npu_rms_norm: gamma dtype {_dtype_name(gamma.dtype)} must equal the input dtype "
+        f"{_dtype_name(x.dtype)}",
+    )
+    _constraint(
+        lim.min_rank <= x.dim() <= lim.max_rank,
+        f"npu_rms_norm: input is {x.dim()}-D, the op takes {lim.min_rank}-{lim.max_rank} dims",
+    )
     dims = tuple(range(x.dim() - gamma.dim(), x.dim()))
     xf = x.float()
     rstd = torch.rsqrt(xf.pow(2).mean(dim=dims, keepdim=True) + epsilon)
@@ -481,28 +581,62 @@ def _rotate(x, mode):
     raise ValueError(f"npu_apply_rotary_pos_emb: unknown rotary_mode {mode!r}")
 
 
+def _check_rotary(query, key, cos, sin, layout, rotary_mode) -> None:
+    lim = limits().rotary
+    op = "npu_apply_rotary_pos_emb"
+    _constraint(
+        layout in lim.layouts,
+        f"{op}: layout {layout!r} is not accepted (accepted: {', '.join(lim.layouts)})",
+    )
+    _constraint(
+        rotary_mode in lim.rotary_modes,
+        f"{op}: rotary_mode {rotary_mode!r} is not accepted "
+        f"(accepted: {', '.join(lim.rotary_modes)})",
+    )
+    d = query.shape[-1]
+    if lim.head_dims is not None:
+        dims = " or ".join(str(v) for v in lim.head_dims)
+        _constraint(d in lim.head_dims, f"{op}: head dim D={d}, the op takes D = {dims}")
+    _constraint(d <= lim.max_head_dim, f"{op}: head dim D={d} > {lim.max_head_dim}")
+    names = ("query", "key", "cos", "sin")
+    tensors = (query, key, cos, sin)
+    for name, t in zip(names, tensors, strict=True):
+        _constraint(
+            _dtype_name(t.dtype) in lim.dtypes,
+            f"{op}: {name} dtype {_dtype_name(t.dtype)} ({'/'.join(lim.dtypes)} only)",
+        )
+        _constraint(t.numel() > 0, f"{op}: {name} is empty (the op takes no empty tensors)")
+        rank = 3 if layout == "TND" else 4
+        _constraint(t.dim() == rank, f"{op}: {name} is {t.dim()}-D, layout {layout} needs {rank}")
+    _constraint(
+        len({t.dtype for t in tensors}) == 1,
+        f"{op}: query/key/cos/sin dtypes must be equal, got "
+        f"{'/'.join(_dtype_name(t.dtype) for t in tensors)}",
+    )
+    _constraint(key.shape[-1] == d, f"{op}: query D={d} and key D={key.shape[-1]} differ")
+    _constraint(cos.shape[-1] == sin.shape[-1], f"{op}: cos and sin D differ")
+    if layout == "BSND" and all(t.dim() == 4 for t in tensors):
+        _constraint(
+            len({tuple(t.shape[:2]) for t in tensors}) == 1,
+            f"{op}: layout BSND needs equal (B, S) in query/key/cos/sin, got "
+            f"{[tuple(t.shape[:2]) for t in tensors]}",
+        )
+    n_axis = {"BSND": 2, "SBND": 2, "BNSD": 1, "TND": 1}.get(layout)
+    if n_axis is not None and cos.dim() == query.dim():
+        _constraint(
+            cos.shape[n_axis] == lim.cos_heads and sin.shape[n_axis] == lim.cos_heads,
+            f"{op}: cos/sin N must be {lim.cos_heads}, got {cos.shape[n_axis]}",
+        )
+
+
 def rotary_ref(query, key, cos, sin, layout="BSND", rotary_mode="half"):
-    """``npu_apply_rotary_pos_emb``: out = x * cos + rotate(x) * sin (rotate_half for "half",
-    as in HF llama), fp32 maths, cos/sin broadcast against the layout (BSND: (B,S,1,D)).
-    If cos has fewer channels than x (partial rotary) the rest passes through."""
+    """``npu_apply_rotary_pos_emb`` maths (functional: returns new tensors): out = x * cos +
+    rotate(x) * sin (rotate_half for "half", as in HF llama), fp32 maths, cos/sin broadcast
+    against the layout (BSND: (B,S,1,D)). If cos has fewer channels than x (partial rotary)
+    the rest passes through. The op itself (:func:`rotary_inplace`) writes into its inputs."""
     import torch
 
-    _constraint(
-        layout in ("BSND", "TND"),
-        f"npu_apply_rotary_pos_emb: layout {layout!r} is A2/A3-unsupported",
-    )
-    _constraint(rotary_mode == "half", f"npu_apply_rotary_pos_emb: rotary_mode {rotary_mode!r}")
-    _constraint(
-        query.shape[-1] in (64, 128),
-        f"npu_apply_rotary_pos_emb: head dim {query.shape[-1]} (A2/A3 need D in {{64, 128}})",
-    )
-    _constraint(
-        query.dtype == key.dtype == cos.dtype == sin.dtype,
-        "npu_apply_rotary_pos_emb: query/key/cos/sin dtypes must be equal",
-    )
-    n_axis = 2 if layout in ("BSND", "SBND") else (1 if layout in ("BNSD", "TND") else None)
-    if n_axis is not None and cos.dim() == query.dim():
-        _constraint(cos.shape[n_axis] == 1, "npu_apply_rotary_pos_emb: cos/sin N must be 1")
+    _check_rotary(query, key, cos, sin, layout, rotary_mode)
     c, s = cos.float(), sin.float()
     rd = c.shape[-1]
     outs = []
@@ -512,6 +646,32 @@ def rotary_ref(query, key, cos, sin, layout="BSND", rotary_mode="half"):
         y = rot * c + _rotate(rot, rotary_mode) * s
         outs.append(torch.cat((y, rest), dim=-1).to(x.dtype) if rest.shape[-1] else y.to(x.dtype))
     return outs[0], outs[1]
+
+
+def rotary_inplace(query, key, cos, sin, layout="BSND", rotary_mode="half"):
+    """What the device does: the result is written into ``query`` / ``key`` and those same
+    tensors are returned (torch_npu's docs: "原地更新后的query张量"; op-plugin returns
+    ``std::tie(query, key)``), although the schema declares new outputs."""
+    import torch
+
+    if _in_compiled_graph():
+        # The graph was traced with the schema's new outputs (meta: empty_like, i.e. dense
+        # strides); the device returns the inputs, with their own strides.
+        for name, t in (("query", query), ("key", key)):
+            traced = torch.empty_like(t).stride()
+            _constraint(
+                all(a == b for a, b, n in zip(t.stride(), traced, t.shape, strict=True) if n > 1),
+                f"npu_apply_rotary_pos_emb: {name} is a strided view (shape {tuple(t.shape)}, "
+                f"strides {t.stride()}); the op writes into it and returns it (not a new "
+                f"tensor, whatever its schema says), but the graph was traced with a new "
+                f"tensor of strides {traced}: the ops after it see other strides than traced "
+                f"(e.g. a .contiguous() traced away). Pass contiguous q/k",
+            )
+    q_out, k_out = rotary_ref(query, key, cos, sin, layout, rotary_mode)
+    with torch.no_grad():
+        query.copy_(q_out)
+        key.copy_(k_out)
+    return query, key
 
 
 def scatter_update_ref(data, indices, updates, axis):
@@ -527,9 +687,25 @@ def scatter_update_ref(data, indices, updates, axis):
     return out
 
 
+def _check_scatter(data, indices, updates) -> None:
+    lim = limits().scatter_update
+    for name, t in (("data", data), ("updates", updates)):
+        _constraint(
+            _dtype_name(t.dtype) in lim.dtypes,
+            f"scatter_update: {name} dtype {_dtype_name(t.dtype)} ({'/'.join(lim.dtypes)} only)",
+        )
+        _constraint(t.numel() > 0, f"scatter_update: {name} is empty")
+    _constraint(
+        _dtype_name(indices.dtype) in lim.index_dtypes,
+        f"scatter_update: indices dtype {_dtype_name(indices.dtype)} "
+        f"({'/'.join(lim.index_dtypes)} only)",
+    )
+
+
 def _scatter_into(data, indices, updates, axis):
     import torch
 
+    _check_scatter(data, indices, updates)
     if not 2 <= data.dim() <= 8 or updates.dim() != data.dim():
         raise ValueError(
             f"scatter_update: data ({data.dim()}-D) and updates ({updates.dim()}-D) must have the "
@@ -620,6 +796,79 @@ def _check_compressed_mask(mask, mode):
         )
 
 
+def _check_fia_call(query, key, value, kw, layout, mode) -> None:
+    """Documented limits that need no shapes in BNSD form."""
+    lim = limits().attention
+    op = "npu_fused_infer_attention_score"
+    _constraint(
+        layout in lim.input_layouts,
+        f"{op}: input_layout {layout!r} is not accepted (accepted: {', '.join(lim.input_layouts)})",
+    )
+    modes = lim.sparse_modes + (lim.mla_sparse_modes if kw.get("query_rope") is not None else ())
+    _constraint(
+        mode in modes,
+        f"{op}: sparse_mode {mode} is not accepted (accepted: {', '.join(map(str, modes))})",
+    )
+    _constraint(
+        _dtype_name(query.dtype) in lim.dtypes,
+        f"{op}: query dtype {_dtype_name(query.dtype)} (the device takes {'/'.join(lim.dtypes)})",
+    )
+    for name, t in (("key", key), ("value", value)):
+        _constraint(
+            t.dtype == query.dtype or query.dtype == _int8(),
+            f"{op}: {name} dtype {_dtype_name(t.dtype)} differs from query dtype "
+            f"{_dtype_name(query.dtype)}",
+        )
+    if lim.contiguous:
+        tensors = {"query": query, "key": key, "value": value, **kw}
+        for name in lim.contiguous_args:
+            t = tensors.get(name)
+            if t is not None and hasattr(t, "is_contiguous"):
+                _constraint(
+                    t.is_contiguous(),
+                    f"{op}: {name} is not contiguous (shape {tuple(t.shape)}, strides "
+                    f"{t.stride()}): the op takes no strided views and adds no .contiguous()",
+                )
+    _constraint(
+        tuple(key.shape) == tuple(value.shape),
+        f"{op}: key {tuple(key.shape)} and value {tuple(value.shape)} shapes must be equal",
+    )
+
+
+def _int8():
+    import torch
+
+    return torch.int8
+
+
+def _check_fia_shapes(q, k, layout, n_heads, n_kv) -> None:
+    lim = limits().attention
+    op = "npu_fused_infer_attention_score"
+    bsz, _, sq, d = q.shape
+    skv = k.shape[2]
+    _constraint(
+        n_heads // n_kv <= lim.max_group,
+        f"{op}: num_heads / num_key_value_heads = {n_heads // n_kv} > {lim.max_group}",
+    )
+    _constraint(n_heads <= lim.max_heads, f"{op}: num_heads {n_heads} > {lim.max_heads}")
+    _constraint(bsz <= lim.max_batch, f"{op}: batch {bsz} > {lim.max_batch}")
+    _constraint(d <= lim.max_head_dim, f"{op}: head dim D={d} > {lim.max_head_dim}")
+    if sq == 1:
+        _constraint(skv <= lim.max_kv_len, f"{op}: KV length {skv} > {lim.max_kv_len} (Q_S = 1)")
+        _constraint(
+            layout not in lim.prefill_only_layouts,
+            f"{op}: input_layout {layout} needs Q_S > 1 (got Q_S = 1)",
+        )
+    else:
+        _constraint(
+            max(sq, skv) <= lim.max_prefill_seq_len,
+            f"{op}: sequence length {max(sq, skv)} > {lim.max_prefill_seq_len} (Q_S > 1)",
+        )
+        if q.dtype != _int8():
+            m = lim.prefill_head_dim_multiple
+            _constraint(d % m == 0, f"{op}: head dim D={d} must be a multiple of {m} when Q_S > 1")
+
+
 def fused_infer_attention_ref(query, key, value, **kw):
     """``npu_fused_infer_attention_score`` reference (documented semantics, fp32 maths).
 
@@ -632,26 +881,24 @@ def fused_infer_attention_ref(query, key, value, **kw):
     (j <= i + KV_b - Q_b); 4 band around the right-down diagonal with pre/next_tokens; 2/3/4
     require the 2048x2048 upper-triangular mask. Returns (out, lse); lse is float32 (B,N,S,1)
     when softmax_lse_flag else an empty float32 tensor (as the meta kernel).
+    The device limits (scaffold/device_limits.py) are checked first.
     """
     import torch
 
+    layout = kw.get("input_layout", "BSH")
+    mode = int(kw.get("sparse_mode", 0))
+    _check_fia_call(query, key, value, kw, layout, mode)
     for name in _UNSUPPORTED_FIA:
         if kw.get(name) is not None:
             raise NotImplementedError(f"npu emulation: FIA argument {name} is not emulated")
-    layout = kw.get("input_layout", "BSH")
     n_heads = int(kw.get("num_heads", 1))
     n_kv = int(kw.get("num_key_value_heads", 0)) or n_heads
     scale = float(kw.get("scale", 1.0))
-    mode = int(kw.get("sparse_mode", 0))
     mask = kw.get("atten_mask")
     pse = kw.get("pse_shift")
-    _constraint(
-        query.dtype in (torch.float16, torch.bfloat16),
-        f"npu_fused_infer_attention_score: query dtype {query.dtype} (device: float16/bfloat16)",
-    )
-    if n_heads <= 0 or n_heads % n_kv or n_heads // n_kv > 64:
+    if n_heads <= 0 or n_heads % n_kv:
         raise ValueError(
-            f"npu_fused_infer_attention_score: num_heads={n_heads} must be a multiple (<= 64x) "
+            f"npu_fused_infer_attention_score: num_heads={n_heads} must be a multiple "
             f"of num_key_value_heads={n_kv}"
         )
     q = _to_bnsd(query, layout, n_heads)
@@ -664,6 +911,7 @@ def fused_infer_attention_ref(query, key, value, **kw):
         )
     if k.shape[:3] != v.shape[:3] or k.shape[0] != q.shape[0] or k.shape[-1] != q.shape[-1]:
         raise ValueError("npu_fused_infer_attention_score: query/key/value shapes disagree")
+    _check_fia_shapes(q, k, layout, n_heads, n_kv)
     bsz, _, sq, _ = q.shape
     skv = k.shape[2]
     lens_q = _per_batch(kw.get("actual_seq_lengths"), bsz, sq, "actual_seq_lengths")
@@ -723,6 +971,14 @@ def fused_infer_attention_ref(query, key, value, **kw):
     return out, lse.float()
 
 
+AIR_FIA_EAGER = (
+    "torchair.ops.npu_fused_infer_attention_score (air::) runs only inside a GE graph "
+    "(torch.compile with torchair's npu backend, the ge_graph decode): called eagerly it "
+    "raises on the device (torchair: 'only support in max-autotune mode'). Eager code "
+    "(prefill) must use torch_npu.npu_fused_infer_attention_score with List[int] lengths"
+)
+
+
 def _register_kernels() -> None:
     import torch
 
@@ -735,15 +991,6 @@ def _register_kernels() -> None:
     def rms_norm(x, gamma, epsilon=1e-6):
         return rms_norm_ref(x, gamma, epsilon)
 
-    def rotary(query, key, cos, sin, layout="BSND", rotary_mode="half"):
-        # The device kernel writes the result into query/key (GE inserts a TensorMove first,
-        # eager does not): mirror eager by updating the inputs too, and return new tensors.
-        q_out, k_out = rotary_ref(query, key, cos, sin, layout, rotary_mode)
-        with torch.no_grad():
-            query.copy_(q_out)
-            key.copy_(k_out)
-        return q_out, k_out
-
     def scatter_update_inplace(data, indices, updates, axis):
         return _scatter_into(data, indices, updates, axis)
 
@@ -752,27 +999,39 @@ def _register_kernels() -> None:
             raise TypeError("npu_fused_infer_attention_score: only 3 positional arguments")
         return fused_infer_attention_ref(query, key, value, **kw)
 
+    def air_fia(query, key, value, *args, **kw):
+        # torchair's own CPU kernel raises NotImplementedError by design (GE graph mode only);
+        # this one runs inside a traced graph (aot_eager: the CPU stand-in for GE) and raises
+        # like torchair's when called eagerly.
+        _constraint(_in_compiled_graph(), AIR_FIA_EAGER, NotImplementedError)
+        return fia(query, key, value, *args, **kw)
+
     npu_lib.impl("npu_rms_norm", rms_norm, "CPU")
-    npu_lib.impl("npu_apply_rotary_pos_emb", rotary, "CPU")
+    npu_lib.impl("npu_apply_rotary_pos_emb", rotary_inplace, "CPU")
     npu_lib.impl("scatter_update", scatter_update_ref, "CPU")
     npu_lib.impl("scatter_update_", scatter_update_inplace, "CPU")
     npu_lib.impl("npu_fused_infer_attention_score", fia, "CPU")
-    # torchair's own CPU kernel raises NotImplementedError by design (GE graph mode only);
-    # overriding it is what makes the GE decode path's op checkable on CPU.
-    air_lib.impl("npu_fused_infer_attention_score", fia, "CPU")
+    air_lib.impl("npu_fused_infer_attention_score", air_fia, "CPU")
 
 
 __all__ = [
     "CONSTRAINT_VIOLATIONS",
+    "DeviceConstraintError",
     "EmulationUnavailable",
     "activate",
     "build_stubs",
+    "current_platform",
     "emulation_env",
     "fused_infer_attention_ref",
+    "limits",
     "reexec_with_env",
+    "required",
     "rms_norm_ref",
+    "rotary_inplace",
     "rotary_ref",
     "scatter_update_ref",
+    "set_platform",
+    "strict",
     "stub_manifest",
     "unavailable_reason",
 ]

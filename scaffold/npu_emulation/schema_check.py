@@ -16,7 +16,15 @@ followed), resolves the op schema from the installed wheel (``torch.ops.npu.X.de
   type does not fit the schema type;
 * a non-literal value passed to an ``int[]`` argument (not ``SymInt[]``): dynamo specialises on
   every element, so a per-step value (e.g. ``npu_prompt_flash_attention(...,
-  actual_seq_lengths=lens)``) recompiles every step even with ``dynamic=True``.
+  actual_seq_lengths=lens)``) recompiles every step even with ``dynamic=True``;
+* literal values the device does not accept (``input_layout``, ``sparse_mode`` of the fused
+  attention, ``layout`` / ``rotary_mode`` of the fused rotary; the accepted sets are
+  :mod:`scaffold.device_limits`'s for the platform).
+
+Calls through a local name are followed: ``fia = torchair.ops.X if c else torch_npu.X`` (or
+``if``/``else`` assignments in the same function) then ``fia(...)`` is checked against every op
+the name may hold. Literal values include both arms of a conditional expression
+(``sparse_mode=3 if causal else 0``).
 
 torch_npu must be importable: when it is not yet imported, :mod:`scaffold.npu_emulation.emulation`
 is activated (CPU stand-ins for CANN).
@@ -28,6 +36,7 @@ import ast
 import inspect
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from scaffold.hazards.astutil import canonical, import_aliases
@@ -107,6 +116,30 @@ def _literal(node: ast.AST):
         return False, None
 
 
+def _literal_values(node: ast.AST) -> list | None:
+    """Every value a literal (or a conditional expression of literals) may take, else None."""
+    if isinstance(node, ast.IfExp):
+        body, orelse = _literal_values(node.body), _literal_values(node.orelse)
+        return None if body is None or orelse is None else body + orelse
+    ok, value = _literal(node)
+    return [value] if ok else None
+
+
+def _accepted_values(op: str, bound: dict[str, ast.AST], platform: str) -> dict[str, tuple]:
+    """Argument -> the values the device accepts (scaffold.device_limits)."""
+    from scaffold.device_limits import LIMITS
+
+    lim = LIMITS[platform]
+    if op in ("npu_fused_infer_attention_score", "npu_fused_infer_attention_score_v2"):
+        modes = lim.attention.sparse_modes
+        if "query_rope" in bound:
+            modes += lim.attention.mla_sparse_modes
+        return {"input_layout": lim.attention.input_layouts, "sparse_mode": modes}
+    if op == "npu_apply_rotary_pos_emb":
+        return {"layout": lim.rotary.layouts, "rotary_mode": lim.rotary.rotary_modes}
+    return {}
+
+
 def _type_fits(declared: str, value) -> bool:
     t = declared.replace("(a!)", "").replace("(b!)", "")
     if value is None:
@@ -129,7 +162,7 @@ def _type_fits(declared: str, value) -> bool:
     return True  # ScalarType, Layout, ...: not checked
 
 
-def _check_schema(call: ast.Call, schema) -> list[str]:
+def _check_schema(call: ast.Call, schema, platform: str = "A3") -> list[str]:
     problems = []
     args = list(schema.arguments)
     declared = _declared_types(schema)
@@ -161,17 +194,26 @@ def _check_schema(call: ast.Call, schema) -> list[str]:
         for a in args:
             if a.name not in bound and not a.has_default_value():
                 problems.append(f"required argument {a.name!r} missing: {sig}")
+    accepted = _accepted_values(schema.name.split("::")[-1], bound, platform)
     for name, node in bound.items():
         typ = declared[name]
-        ok, value = _literal(node)
-        if re.fullmatch(r"int\[\d*\]\??", typ) and not ok:
+        values = _literal_values(node)
+        if re.fullmatch(r"int\[\d*\]\??", typ) and values is None:
             problems.append(
                 f"argument {name!r} is `{typ}` (not SymInt[]) but gets a non-constant value "
                 f"`{ast.unparse(node)}`: dynamo specialises on it and recompiles whenever it "
                 "changes (every decode step), even with dynamic=True"
             )
-        elif ok and not _type_fits(typ, value):
-            problems.append(f"argument {name!r}={value!r} does not fit schema type `{typ}`")
+            continue
+        for value in values or ():
+            if not _type_fits(typ, value):
+                problems.append(f"argument {name!r}={value!r} does not fit schema type `{typ}`")
+            elif name in accepted and value not in accepted[name]:
+                problems.append(
+                    f"argument {name!r}={value!r} is not accepted on {platform} (accepted: "
+                    f"{', '.join(map(repr, accepted[name]))}; torch_npu's op docs, "
+                    "scaffold/device_limits.py)"
+                )
     return problems
 
 
@@ -196,40 +238,97 @@ def _check_signature(call: ast.Call, fn) -> list[str]:
     return []
 
 
-def check_npu_calls(source_paths) -> list[str]:
-    """Problems (``path:line: call: message``) of every NPU call in ``source_paths``."""
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _scope_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+    """Nodes of `scope` itself, not of the functions / classes nested in it."""
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, _SCOPES):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _op_refs(value: ast.AST, aliases: dict[str, str]) -> list[tuple[str, str, str]]:
+    """NPU ops an expression may evaluate to (both arms of a conditional expression)."""
+    if isinstance(value, ast.IfExp):
+        return _op_refs(value.body, aliases) + _op_refs(value.orelse, aliases)
+    target = _target(value, aliases)
+    return [target] if target else []
+
+
+def local_op_aliases(scope: ast.AST, aliases: dict[str, str]) -> dict[str, list]:
+    """Names assigned an NPU op in `scope` (``fia = torch_npu.X``, ``fia = A if c else B``,
+    ``if c: fia = A`` / ``else: fia = B``, annotated and walrus assignments) -> the ops."""
+    out: dict[str, list] = {}
+    for node in _scope_nodes(scope):
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        refs = _op_refs(value, aliases)
+        for name in (t.id for t in targets if isinstance(t, ast.Name)):
+            for ref in refs:
+                if ref not in out.setdefault(name, []):
+                    out[name].append(ref)
+    return out
+
+
+def _calls(tree: ast.Module, aliases: dict[str, str]) -> Iterator[tuple[ast.Call, list, str]]:
+    """(call, candidate ops, how the name was reached) for every NPU call, scope by scope."""
+    stack: list[tuple[ast.AST, list[dict[str, list]]]] = [(tree, [])]
+    while stack:
+        scope, outer = stack.pop()
+        chain = [local_op_aliases(scope, aliases), *outer]
+        for node in _scope_nodes(scope):
+            if isinstance(node, _SCOPES):
+                stack.append((node, chain))
+            if not isinstance(node, ast.Call):
+                continue
+            target = _target(node.func, aliases)
+            if target is not None:
+                yield node, [target], ""
+            elif isinstance(node.func, ast.Name):
+                name = node.func.id
+                found = next((level[name] for level in chain if name in level), None)
+                if found:
+                    yield node, found, name
+
+
+def _check_call(node: ast.Call, target, platform: str) -> list[str]:
+    ns, name, _ = target
+    schemas = _schemas(ns, name)
+    if schemas is None:
+        # torchair.ops.X may be a plain Python helper; torch_npu.X a Python function
+        fn = _python_callable(ns, name)
+        if fn is None:
+            where = "torchair" if ns.startswith("air") else "torch_npu"
+            return [f"no such op/attribute in the installed {where}"]
+        return _check_signature(node, fn)
+    results = [_check_schema(node, s, platform) for s in schemas]
+    return results[0] if all(results) else []  # no overload accepts the call
+
+
+def check_npu_calls(source_paths, platform: str | None = None) -> list[str]:
+    """Problems (``path:line: call: message``) of every NPU call in ``source_paths``, against
+    the installed schemas and the accepted values of ``platform`` (default: the emulation's,
+    ``$ASCEND_SCAFFOLD_NPU_PLATFORM`` or A3)."""
     _ensure_torch_npu()
+    platform = platform or emulation.current_platform()
     problems: list[str] = []
     for path in map(Path, source_paths):
         tree = ast.parse(path.read_text(), filename=str(path))
         aliases = import_aliases(tree)
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            target = _target(node.func, aliases)
-            if target is None:
-                continue
-            ns, name, shown = target
-            where = f"{path}:{node.lineno}: {shown}"
-            schemas = _schemas(ns, name)
-            if ns == "air" and schemas is None:
-                # torchair.ops.X may be a plain Python helper
-                fn = _python_callable(ns, name)
-                if fn is None:
-                    problems.append(f"{where}: not found in the installed torchair")
-                else:
-                    problems += [f"{where}: {m}" for m in _check_signature(node, fn)]
-                continue
-            if schemas is None:
-                fn = _python_callable(ns, name)
-                if fn is None:
-                    problems.append(f"{where}: no such op/attribute in the installed torch_npu")
-                else:
-                    problems += [f"{where}: {m}" for m in _check_signature(node, fn)]
-                continue
-            results = [_check_schema(node, s) for s in schemas]
-            if all(results):  # no overload accepts the call
-                problems += [f"{where}: {m}" for m in results[0]]
+        found = sorted(_calls(tree, aliases), key=lambda item: (item[0].lineno, item[2]))
+        for node, targets, via in found:
+            for target in targets:
+                shown = f"{via} (= {target[2]})" if via else target[2]
+                where = f"{path}:{node.lineno}: {shown}"
+                problems += [f"{where}: {m}" for m in _check_call(node, target, platform)]
     return problems
 
 

@@ -81,12 +81,13 @@ def _compile_ge(model: Transformer, config: ModelConfig, cache_dir: str) -> Call
     experimental.tiling_schedule_optimize = True
     experimental.topology_sorting_strategy = "StableRDFS"
     if config.enable_cache_compile:
+        # The cache compiler always captures a full graph (torchair/inference/
+        # _cache_compiler.py); a `fullgraph=` here would vanish into its **kwargs.
         return torchair.inference.cache_compile(
             model.decode,
             cache_dir=cache_dir,
             config=compiler_config,
             dynamic=False,
-            fullgraph=True,
             ge_cache=True,
         )
     backend = torchair.get_npu_backend(compiler_config=compiler_config)
