@@ -79,8 +79,8 @@ def answers_from_hf_config(path: Path, derive_name: bool = True) -> dict[str, An
 
     `path` is a config.json or a checkpoint directory holding one. Returns every
     architecture answer, `dtype` when the config names a device dtype (float32 keeps the
-    default), `max_seq_len` when `max_position_embeddings` is below the default, and (when `derive_name`) `model_name`
-    derived from the directory name. Raises UserError otherwise.
+    default), `max_seq_len` when `max_position_embeddings` is below the default, and
+    (when `derive_name`) `model_name` derived from the directory name. Raises UserError otherwise.
     """
     hf = read_hf_config(path)
     answers = dict(hf.architecture)
