@@ -54,7 +54,7 @@ def load_package(ckpt: Path, dest: Path):
     given.update(model_name=NAME)  # rendered for the device (bf16); run here in fp32
     render(validate(collect_answers(given, defaults=True)), dest)
     sys.path.insert(0, str(dest / "src"))
-    return {m: importlib.import_module(f"{NAME}.{m}") for m in ("graph", "config", "metadata")} | {
+    return {m: importlib.import_module(f"{NAME}.{m}") for m in ("graph", "inference_config", "metadata")} | {
         "ops": importlib.import_module(f"{NAME}.ops"),
         "weights": importlib.import_module(f"{NAME}.weights"),
     }
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         model = pkg["weights"].load_pretrained(
             ckpt, pkg["ops"].load("portable"), dtype=torch.float32, batch_size=args.batch
         )
-        config = pkg["config"].ModelConfig(
+        config = pkg["inference_config"].ModelConfig(
             exe_mode="npugraph_ex", fa_interface="torch_npu", enable_dynamic_graph=True
         )
         results = {}

@@ -78,10 +78,10 @@ def _run_package(dest, name: str, batch: int, max_seq_len: int) -> None:
         for module in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
             del sys.modules[module]
         ops = importlib.import_module(f"{name}.ops")
-        configuration = importlib.import_module(f"{name}.configuration")
+        architecture = importlib.import_module(f"{name}.architecture")
         metadata = importlib.import_module(f"{name}.metadata")
         modeling = importlib.import_module(f"{name}.modeling")
-        model = modeling.Transformer(configuration.ModelArgs(), ops.load("portable")).eval()
+        model = modeling.Transformer(architecture.ModelArgs(), ops.load("portable")).eval()
         model.setup_caches(batch)
         prompt_len = max_seq_len - 2  # room for two decode steps
         tokens = torch.randint(0, model.args.vocab_size, (batch, prompt_len))

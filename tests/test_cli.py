@@ -95,7 +95,7 @@ def test_yarn_asks_its_own_questions(cli, tmp_path):
     answers = answers_of(dest)
     assert (answers["rope_scaling_factor"], answers["rope_beta_fast"]) == (4.0, 16.0)
     assert "rope_low_freq_factor" not in answers
-    text = (dest / "src/llama_tiny/configuration.py").read_text()
+    text = (dest / "src/llama_tiny/architecture.py").read_text()
     assert "rope_beta_fast: float = 16.0" in text and "rope_truncate: bool = True" in text
 
 

@@ -90,7 +90,7 @@ def test_cli_flag_fills_answers_and_flags_override(cli, tmp_path):
     result = cli("new", "model", tmp_path / "out", "--from-hf-config", path, "--defaults",
                  "--model-name", "mine", "--num-hidden-layers", "2")  # fmt: skip
     assert result.exit_code == 0, result.output
-    text = (tmp_path / "out/src/mine/configuration.py").read_text()
+    text = (tmp_path / "out/src/mine/architecture.py").read_text()
     assert "num_hidden_layers: int = 2" in text and "head_dim: int = 64" in text
     code = "".join(file.read_text() for file in (tmp_path / "out/src/mine").rglob("*.py"))
     assert "self.q_norm" in code  # qwen3: QK-norm

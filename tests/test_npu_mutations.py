@@ -259,7 +259,7 @@ MODES = (("npugraph_ex", False), ("ge_graph", True))
 
 def tiny(pkg, backend):
     from importlib import import_module
-    ModelArgs = import_module(PKG + ".configuration").ModelArgs
+    ModelArgs = import_module(PKG + ".architecture").ModelArgs
     Transformer = import_module(PKG + ".modeling").Transformer
     names = {f.name for f in dataclasses.fields(ModelArgs)}
     args = dict(vocab_size=128, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
@@ -275,7 +275,7 @@ def tiny(pkg, backend):
 def run(pkg, backend, mode, tensor_lengths, compiled):
     meta = importlib.import_module(PKG + ".metadata")
     graph = importlib.import_module(PKG + ".graph")
-    config_cls = importlib.import_module(PKG + ".config").ModelConfig
+    config_cls = importlib.import_module(PKG + ".inference_config").ModelConfig
     model = tiny(pkg, backend)
     outs = []
     with torch.inference_mode():

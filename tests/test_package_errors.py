@@ -365,10 +365,10 @@ def test_decode_step_past_the_cache_is_refused_on_the_host(package):
 
 def test_run_refuses_before_writing_past_the_cache(package):
     _, runner_module = package
-    config = importlib.import_module(f"{PKG}.config")
-    configuration = importlib.import_module(f"{PKG}.configuration")
+    config = importlib.import_module(f"{PKG}.inference_config")
+    architecture = importlib.import_module(f"{PKG}.architecture")
     cfg = config.InferenceConfig()
-    model = runner_module.build_model(configuration.ModelArgs(), cfg, torch.device("cpu"))
+    model = runner_module.build_model(architecture.ModelArgs(), cfg, torch.device("cpu"))
     with pytest.raises(config.InputError, match=r"prompt_len \(60\) \+ steps \(5\) = 65"):
         runner_module.run(model, cfg, prompt_len=60, steps=5)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch._dynamo.utils import counters
 
-from .config import ModelConfig
+from .inference_config import ModelConfig
 from .modeling import Transformer
 from .ops import npu_available
 

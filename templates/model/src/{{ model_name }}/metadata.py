@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from .config import InputError
+from .inference_config import InputError
 from .ops import Lengths
 
 

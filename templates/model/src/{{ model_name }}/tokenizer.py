@@ -8,7 +8,7 @@ from typing import Protocol
 
 import torch
 
-from .config import InputError
+from .inference_config import InputError
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 

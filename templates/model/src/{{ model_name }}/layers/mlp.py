@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from ..configuration import ModelArgs
+from ..architecture import ModelArgs
 
 
 class MLP(nn.Module):

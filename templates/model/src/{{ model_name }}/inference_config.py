@@ -1,4 +1,5 @@
-"""YAML inference config with cann-recipes-infer's sections and checks.
+"""The runtime YAML config (how the model runs), with cann-recipes-infer's sections and checks;
+the architecture is in architecture.py.
 
 Validation follows ModelConfig._validate's order: platform_version, exe_mode,
 enable_static_kernel, then the FA-interface pairing this package adds; a ge_graph
