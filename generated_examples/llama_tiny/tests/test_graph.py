@@ -5,8 +5,15 @@ import pytest
 import torch
 from conftest import compile_config, greedy, prompt, tiny_model
 
-from llama_tiny.graph import compile_decode, graph_break_count, graph_count
-from llama_tiny.metadata import decode_inputs, prefill_inputs
+from llama_tiny.graph import (
+    compile_decode,
+    graph_break_count,
+    graph_count,
+)
+from llama_tiny.metadata import (
+    decode_inputs,
+    prefill_inputs,
+)
 
 DECODE_STEPS = 32
 LENGTH_FORMS = {

@@ -1,15 +1,20 @@
 """NPU tier: the same checks with torch_npu's fused ops and the real npugraph_ex backend."""
 
-from dataclasses import replace
-
 import pytest
 import torch
-from conftest import CONFIG_PATH, TINY, greedy, prompt
+from conftest import NPU_DTYPE, RENDERED_CONFIG, TINY_NPU, greedy, prompt, tiny_model
 
-from llama_tiny import ops
-from llama_tiny.config import load_config
-from llama_tiny.graph import compile_decode, graph_break_count, graph_count
-from llama_tiny.modeling import Transformer
+from llama_tiny import (
+    ops,
+)
+from llama_tiny.graph import (
+    compile_decode,
+    graph_break_count,
+    graph_count,
+)
+from llama_tiny.modeling import (
+    Transformer,
+)
 
 pytestmark = [
     pytest.mark.npu,
@@ -19,19 +24,15 @@ pytestmark = [
 ]
 
 
-# The fused rotary op takes head_dim 64 or 128; FIA runs in fp16/bf16 on the device.
-NPU_ARGS = replace(TINY, head_dim=64)
-
-
 def npu_model(seed: int = 0) -> Transformer:
-    torch.manual_seed(seed)
-    model = Transformer(NPU_ARGS, ops.load("npu")).to("npu", torch.bfloat16).eval()
-    model.setup_caches(2)
+    """Shapes and a dtype the device takes (conftest.TINY_NPU), on the NPU."""
+    model = tiny_model(seed=seed, args=TINY_NPU, backend="npu", dtype=NPU_DTYPE).to("npu")
+    model.setup_caches(2)  # again, on the device
     return model
 
 
 def test_npu_decode_matches_eager_without_recompiles():
-    config = load_config(CONFIG_PATH).model_config
+    config = RENDERED_CONFIG
     tensor_lengths = config.tensor_lengths
     eager_model, graph_model = npu_model(), npu_model()
     decode = compile_decode(graph_model, config)

@@ -2,8 +2,12 @@ import pytest
 import torch
 from conftest import compile_config, greedy, prompt, tiny_model
 
-from llama_tiny.graph import compile_decode
-from llama_tiny.metadata import prefill_inputs
+from llama_tiny.graph import (
+    compile_decode,
+)
+from llama_tiny.metadata import (
+    prefill_inputs,
+)
 
 STEPS = 8
 

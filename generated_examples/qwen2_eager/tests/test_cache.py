@@ -1,7 +1,9 @@
 import torch
 from conftest import BATCH, PROMPT_LEN, TINY, compile_config, greedy, prompt, tiny_model
 
-from qwen2_eager.graph import compile_decode
+from qwen2_eager.graph import (
+    compile_decode,
+)
 
 
 def cache_buffers(model):
@@ -44,7 +46,7 @@ def test_decode_writes_each_row_at_its_own_position():
 def test_decode_graph_does_not_return_the_cache():
     graphs = []
 
-    def capture(gm, example_inputs):
+    def capture(gm, _example_inputs):
         graphs.append(gm)
         return gm.forward
 

@@ -1,3 +1,4 @@
+import copy
 import logging
 import os
 
@@ -5,11 +6,33 @@ import pytest
 import yaml
 from conftest import CONFIG_PATH
 
-from qwen2_eager.config import ModelConfig, load_config, set_task_queue_env
+from qwen2_eager.architecture import (
+    ModelArgs,
+)
+from qwen2_eager.inference_config import (
+    NEW_TOKENS_KEY,
+    PROMPT_KEY,
+    ConfigError,
+    ModelConfig,
+    load_config,
+    set_task_queue_env,
+)
+
+# What the package's YAML config held when it was rendered. That file is yours to edit
+# (`update` never touches it), so these tests build on this copy and only validate yours.
+RENDERED = {
+    "model_config": {
+        "dtype": "bfloat16",
+        "exe_mode": "eager",
+        "fa_interface": "torch_npu",
+        "enable_dynamic_graph": False,
+    },
+    "scheduler_config": {"batch_size": 1},
+}
 
 
 def write_config(tmp_path, **sections):
-    raw = yaml.safe_load(CONFIG_PATH.read_text())
+    raw = copy.deepcopy(RENDERED)
     for section, values in sections.items():
         raw.setdefault(section, {}).update(values)
     path = tmp_path / "config.yaml"
@@ -17,12 +40,16 @@ def write_config(tmp_path, **sections):
     return path
 
 
-def test_shipped_config_is_valid():
-    config = load_config(CONFIG_PATH)
+def test_your_config_is_valid_and_fits_the_kv_cache():
+    load_config(CONFIG_PATH, max_seq_len=ModelArgs().max_seq_len)  # the runner's own check
+
+
+def test_rendered_config_is_valid(tmp_path):
+    config = load_config(write_config(tmp_path))
     model = config.model_config
     assert model.exe_mode == "eager"
     assert model.fa_interface == "torch_npu"
-    assert model.enable_dynamic_graph is False
+    assert model.dynamic is False
     assert config.scheduler_config.batch_size == 1
 
 
@@ -48,11 +75,64 @@ def test_shipped_config_is_valid():
         ("parallel_config", {"world_size": 4, "attn_tp_size": 3}, "attn_tp_size"),
         ("scheduler_config", {"batch_size": 0}, "batch_size"),
         ("scheduler_config", {"max_new_tokens": "many"}, "max_new_tokens"),
+        ("scheduler_config", {"max_new_tokens": None}, "max_new_tokens"),
+        ("data_config", {"seed": "abc"}, "seed"),
+        ("data_config", {"temperature": float("nan")}, "temperature must be a finite number"),
+        ("data_config", {"top_p": float("inf")}, "top_p must be a finite number"),
+        (
+            "model_config",
+            {"with_ckpt": True, "model_path": ""},
+            "with_ckpt is true but model_path is empty",
+        ),
     ],
 )
 def test_bad_values_name_their_field(tmp_path, section, values, field):
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(ConfigError, match=field):
         load_config(write_config(tmp_path, **{section: values}))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("model_config: [unclosed\n  a: b: c\n", "invalid YAML at line 2"),
+        ("- a list\n", "top level must be a mapping"),
+        ("model_config:\n  exe_mode: eager\n\tbad: tab\n", "invalid YAML"),
+    ],
+)
+def test_unparsable_yaml_names_the_file(tmp_path, text, message):
+    path = tmp_path / "broken.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as error:
+        load_config(path)
+    assert "broken.yaml" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_missing_file_names_it(tmp_path):
+    with pytest.raises(ConfigError, match="missing.yaml does not exist"):
+        load_config(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize(("prompt_len", "new_tokens"), [(60, 4), (64, 0), (1, 63)])
+def test_prompt_and_new_tokens_fill_the_cache_exactly(prompt_len, new_tokens):
+    from qwen2_eager.inference_config import check_fits
+
+    check_fits(prompt_len, new_tokens, 64)  # prefill [0, prompt_len) + one position a step
+    with pytest.raises(ConfigError, match=f"{PROMPT_KEY} .* {NEW_TOKENS_KEY} .* max_seq_len"):
+        check_fits(prompt_len, new_tokens + 1, 64)
+
+
+def test_lengths_beyond_max_seq_len_name_both_keys(tmp_path):
+    max_seq_len = ModelArgs().max_seq_len
+    path = write_config(
+        tmp_path,
+        data_config={"input_truncated_len": max_seq_len},
+        scheduler_config={"max_new_tokens": 1},
+    )
+    load_config(path)  # without the model's length nothing to check
+    with pytest.raises(ConfigError) as error:
+        load_config(path, max_seq_len=max_seq_len)
+    assert PROMPT_KEY in str(error.value) and NEW_TOKENS_KEY in str(error.value)
+    assert f"max_seq_len ({max_seq_len})" in str(error.value)
 
 
 def test_ge_graph_dynamic_only_warns(caplog):

@@ -1,21 +1,34 @@
 """Parity with transformers on tiny random HF checkpoints, built offline with save_pretrained.
 
-For each model_type this package's rendered architecture runs (weights.MODEL_TYPES), the
-package's prefill logits and STEPS greedy decode steps (eager decode and compiled decode)
-match transformers' `generate` in fp32 within rtol=atol=1e-4, and the greedy tokens are
-identical. transformers is a test-only dependency: without it these tests are skipped.
+For each model_type this package runs (weights.MODEL_TYPES), with the RoPE scaling it was
+rendered with (none), the package's prefill logits and STEPS greedy decode
+steps (eager decode and compiled decode) match transformers' `generate` in fp32 within
+rtol=atol=1e-4, and the greedy tokens are identical. transformers is a test-only
+dependency: without it these tests are skipped.
 """
 
 from importlib.util import find_spec
 
 import pytest
 import torch
-from conftest import CONFIG_PATH, compile_config, greedy
+from conftest import RENDERED_CONFIG, compile_config, greedy
 
-from qwen2_eager import ops
-from qwen2_eager.config import load_config
-from qwen2_eager.graph import compile_decode
-from qwen2_eager.weights import MODEL_TYPES, ROPE_SCALING, load_checkpoint, load_pretrained
+from qwen2_eager import (
+    ops,
+)
+from qwen2_eager.graph import (
+    compile_decode,
+)
+from qwen2_eager.modeling import (
+    Transformer,
+)
+from qwen2_eager.weights import (
+    MODEL_TYPES,
+    CheckpointError,
+    load_checkpoint,
+    load_pretrained,
+    model_args_from_hf,
+)
 
 pytestmark = pytest.mark.skipif(
     find_spec("transformers") is None or find_spec("safetensors") is None,
@@ -36,40 +49,16 @@ TINY = dict(
     max_position_embeddings=64,
     initializer_range=0.1,
 )
-# One tiny config per model_type, each exercising what real checkpoints of that type use.
+# A tiny config of each model_type this package runs, with what real checkpoints of that
+# type use.
 CONFIGS = {
-    "llama": ("LlamaConfig", dict(head_dim=16, rope_theta=500000.0)),
-    "mistral": ("MistralConfig", dict(head_dim=32, sliding_window=None)),
     "qwen2": ("Qwen2Config", dict(rope_theta=1000000.0, tie_word_embeddings=True)),
-    "qwen3": ("Qwen3Config", dict(head_dim=32, rope_theta=1000000.0, tie_word_embeddings=True)),
 }
-# The RoPE scaling this package was rendered with; llama3's bands are sized so that the
-# tiny head_dim has a kept, a blended and a scaled frequency.
-ROPE_SCALING_FIELDS = {
-    "none": {},
-    "linear": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
-    "llama3": {
-        "rope_scaling": {
-            "rope_type": "llama3",
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 48,
-        }
-    },
-    # YaRN's ramp over the tiny head_dims keeps a few pairs, blends some, divides the rest;
-    # the cos/sin scale is derived from the factor (no attention_factor).
-    "yarn": {
-        "rope_scaling": {
-            "rope_type": "yarn",
-            "factor": 4.0,
-            "original_max_position_embeddings": 4096,
-            "beta_fast": 32.0,
-            "beta_slow": 1.0,
-        }
-    },
-}[ROPE_SCALING]
-TYPES = [t for t in CONFIGS if t in MODEL_TYPES] or [
+ROPE_FIELDS: dict = {}  # no RoPE scaling
+# For the refusal test: a checkpoint with RoPE scaling this package was not rendered with.
+OTHER_ROPE_FIELDS = {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}
+OTHER_ROPE_SCALING = "linear"
+TYPES = list(CONFIGS) or [
     pytest.param("none", marks=pytest.mark.skip(reason="no HF model_type fits this package"))
 ]
 
@@ -78,7 +67,7 @@ def hf_model(model_type: str):
     import transformers
 
     name, extra = CONFIGS[model_type]
-    config = getattr(transformers, name)(**TINY, **extra, **ROPE_SCALING_FIELDS)
+    config = getattr(transformers, name)(**TINY, **extra, **ROPE_FIELDS)
     torch.manual_seed(0)
     return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
 
@@ -118,7 +107,7 @@ def checkpoints(tmp_path_factory):
 
 def decode_config():
     """The package's own compiled mode (a host-list npugraph_ex config if it renders eager)."""
-    config = load_config(CONFIG_PATH).model_config
+    config = RENDERED_CONFIG
     return compile_config("npugraph_ex", False) if config.exe_mode == "eager" else config
 
 
@@ -168,9 +157,49 @@ def test_mismatch_lists_missing_and_unexpected_keys(checkpoints, model_type, tmp
     assert "unexpected 1: model.layers.0.mlp.extra.weight" in str(e.value)
 
 
-def test_other_model_types_are_refused(tmp_path):
-    from qwen2_eager.weights import model_args_from_hf
+def test_loaded_model_is_built_on_meta_then_materialized(checkpoints):
+    """load_pretrained builds on the meta device and assigns the checkpoint's tensors: none
+    is left on meta, all are in the asked dtype, a tied lm_head stays one tensor, and the RoPE
+    tables equal those of a model built on the device."""
+    if not CONFIGS:
+        pytest.skip("no HF model_type fits this package")
+    path, _, _ = checkpoints(TYPES[0])
+    model = load_pretrained(path, ops.load("portable"), dtype=torch.bfloat16)
+    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    assert [name for name, tensor in tensors.items() if tensor.is_meta] == []
+    assert {tensor.dtype for tensor in tensors.values()} == {torch.bfloat16}
+    if model.args.tie_word_embeddings:
+        assert model.lm_head.weight is model.embed_tokens.weight
+    reference = Transformer(model.args, ops.load("portable")).to(torch.bfloat16)
+    for name, buffer in reference.named_buffers():
+        assert torch.equal(tensors[name], buffer), name
 
+
+def test_configs_are_this_packages_model_types():
+    assert tuple(CONFIGS) == MODEL_TYPES
+
+
+def test_unsupported_model_types_are_refused(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
-    with pytest.raises(ValueError, match="model_type 'gpt2' cannot run on this package"):
+    with pytest.raises(CheckpointError, match="model_type 'gpt2' is not supported"):
+        model_args_from_hf(tmp_path)
+
+
+def test_another_architecture_is_refused(tmp_path):
+    from transformers import LlamaConfig
+
+    LlamaConfig(**TINY).save_pretrained(tmp_path)
+    message = "model_type 'llama' cannot run on this package"
+    with pytest.raises(CheckpointError, match=message):
+        model_args_from_hf(tmp_path)
+
+
+@pytest.mark.parametrize("model_type", TYPES[:1])
+def test_another_rope_scaling_is_refused(model_type, tmp_path):
+    import transformers
+
+    name, extra = CONFIGS[model_type]
+    getattr(transformers, name)(**TINY, **extra, **OTHER_ROPE_FIELDS).save_pretrained(tmp_path)
+    message = f"RoPE scaling '{OTHER_ROPE_SCALING}' does not match this package's rope_scaling="
+    with pytest.raises(CheckpointError, match=message):
         model_args_from_hf(tmp_path)

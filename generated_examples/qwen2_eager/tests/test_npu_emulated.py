@@ -1,40 +1,56 @@
 """npu_emulated tier: the real NPU code path (torch_npu / torchair fused ops) on CPU.
 
-Runs where torch-npu==2.13.0 is installed without CANN (see tests/npu_emulation.py):
+Runs where torch-npu==2.13.0 is installed without CANN, with ascend-scaffold's
+`scaffold.npu_emulation` (the `npu_emulation` fixture in conftest.py; skipped without them):
 the decode graph that calls the real npu:: ops is traced with fullgraph under aot_eager
-(the seed's first triage step) and checked like the portable one.
+(the first step of torch_npu's graph-mode triage: aot_eager, then the real backend) and
+checked like the portable one, on shapes and a dtype the device takes (conftest.TINY_NPU).
 """
 
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, compile_config, greedy, prompt, tiny_model
+from conftest import NPU_DTYPE, TINY_NPU, compile_config, greedy, prompt, tiny_model
 
-from qwen2_eager import ops
-from qwen2_eager.graph import compile_decode, graph_break_count, graph_count
-from qwen2_eager.metadata import decode_inputs, prefill_inputs
-from qwen2_eager.modeling import Transformer
+from qwen2_eager.graph import (
+    compile_decode,
+    graph_break_count,
+    graph_count,
+)
+from qwen2_eager.metadata import (
+    decode_inputs,
+    prefill_inputs,
+)
+from qwen2_eager.modeling import (
+    Transformer,
+)
 
-pytestmark = pytest.mark.npu_emulated
-PACKAGE = Path(__file__).parents[1] / "src" / "qwen2_eager"
+# every test needs the emulation active (it skips, with the reason, where it is unavailable)
+pytestmark = [pytest.mark.npu_emulated, pytest.mark.usefixtures("npu_emulation")]
+SOURCES = Path(__file__).parents[1] / "src"
+PACKAGE = SOURCES / "qwen2_eager"
 
 
 def npu_path_model(seed: int = 0) -> Transformer:
-    torch.manual_seed(seed)
-    model = Transformer(TINY, ops.load("npu")).eval()
-    model.setup_caches(2)
-    return model
+    return tiny_model(seed=seed, args=TINY_NPU, backend="npu", dtype=NPU_DTYPE)
 
 
 def test_npu_calls_match_the_installed_schemas(npu_emulation):
-    from npu_schema_check import check_npu_calls
-
     sources = sorted(PACKAGE.rglob("*.py"))
-    assert check_npu_calls(sources) == []
+    assert npu_emulation.check_npu_calls(sources) == []
 
 
-def test_host_list_decode_one_graph_no_recompiles(npu_emulation):
+def test_compile_seam_matches_the_installed_wheel(npu_emulation):
+    """graph.py's NPU branches against the real torch_npu / torchair compile APIs on CPU:
+    npugraph_ex option keys, torchair CompilerConfig attributes and values, get_npu_backend
+    and torch.compile keywords, and keywords cache_compile would silently drop."""
+    from qwen2_eager import graph
+
+    assert npu_emulation.check_compile_seam(graph) == []
+
+
+def test_host_list_decode_one_graph_no_recompiles():
     """npugraph_ex's inputs: List[int] lengths, dynamic=True."""
     model = npu_path_model()
     decode = compile_decode(model, compile_config("npugraph_ex", tensor_lengths=False))
@@ -46,7 +62,7 @@ def test_host_list_decode_one_graph_no_recompiles(npu_emulation):
 
 
 @pytest.mark.parametrize("tensor_lengths", [False, True], ids=["torch_npu-fia", "torchair-fia"])
-def test_decode_traces_as_one_graph(npu_emulation, tensor_lengths):
+def test_decode_traces_as_one_graph(tensor_lengths):
     model = npu_path_model()
     with torch.inference_mode():
         model.prefill(**prefill_inputs(prompt()).as_kwargs())
@@ -57,10 +73,11 @@ def test_decode_traces_as_one_graph(npu_emulation, tensor_lengths):
 
 
 @pytest.mark.parametrize("tensor_lengths", [False, True], ids=["torch_npu-fia", "torchair-fia"])
-def test_npu_path_matches_portable_path(npu_emulation, tensor_lengths):
-    npu_model, portable_model = npu_path_model(), tiny_model()
+def test_npu_path_matches_portable_path(tensor_lengths):
+    npu_model = npu_path_model()
+    portable_model = tiny_model(args=TINY_NPU, dtype=NPU_DTYPE)
     decode = compile_decode(npu_model, compile_config("npugraph_ex", tensor_lengths))
-    actual = greedy(npu_model, decode, prompt(), 8, tensor_lengths)
     expected = greedy(portable_model, portable_model.decode, prompt(), 8, tensor_lengths)
+    actual = greedy(npu_model, decode, prompt(), 8, tensor_lengths, forced=expected)
     for step, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4, msg=f"step {step}")
+        torch.testing.assert_close(a, e, rtol=2e-2, atol=2e-2, msg=f"step {step}")  # bf16

@@ -2,8 +2,12 @@ import pytest
 import torch
 from conftest import compile_config, greedy, prompt, tiny_model
 
-from qwen2_eager.graph import compile_decode
-from qwen2_eager.metadata import prefill_inputs
+from qwen2_eager.graph import (
+    compile_decode,
+)
+from qwen2_eager.metadata import (
+    prefill_inputs,
+)
 
 STEPS = 8
 

@@ -2,8 +2,12 @@ import pytest
 import torch
 from conftest import compile_config, greedy, prompt, tiny_model
 
-from qwen3_ge.graph import compile_decode
-from qwen3_ge.metadata import prefill_inputs
+from qwen3_ge.graph import (
+    compile_decode,
+)
+from qwen3_ge.metadata import (
+    prefill_inputs,
+)
 
 STEPS = 8
 

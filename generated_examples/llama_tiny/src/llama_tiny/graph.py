@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch._dynamo.utils import counters
 
-from .config import ModelConfig
+from .inference_config import ModelConfig
 from .modeling import Transformer
 from .ops import npu_available
 
@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 PORTABLE_BACKENDS = ("aot_eager", "inductor", "eager")
 
-# The seed's recommended npugraph_ex options for LLM decode, plus cann-recipes-infer's.
+# npugraph_ex options for LLM decode: the option keys torch_npu's npugraph_ex config accepts
+# (torch_npu/dynamo/npugraph_ex/), with frozen_parameter as cann-recipes-infer's model runners set.
 NPUGRAPH_EX_OPTIONS = {
     "inplace_pass": True,
     "input_inplace_pass": True,
@@ -80,12 +81,13 @@ def _compile_ge(model: Transformer, config: ModelConfig, cache_dir: str) -> Call
     experimental.tiling_schedule_optimize = True
     experimental.topology_sorting_strategy = "StableRDFS"
     if config.enable_cache_compile:
+        # The cache compiler always captures a full graph (torchair/inference/
+        # _cache_compiler.py); a `fullgraph=` here would vanish into its **kwargs.
         return torchair.inference.cache_compile(
             model.decode,
             cache_dir=cache_dir,
             config=compiler_config,
             dynamic=False,
-            fullgraph=True,
             ge_cache=True,
         )
     backend = torchair.get_npu_backend(compiler_config=compiler_config)

@@ -1,6 +1,9 @@
-"""qwen2_eager: a dense GQA decoder with eager prefill and a graph-compiled decode."""
+"""A dense GQA decoder with eager prefill and a graph-compiled decode.
 
-from .configuration import ModelArgs
+Rendered by ascend-scaffold as qwen2_eager.
+"""
+
+from .architecture import ModelArgs
 from .modeling import Transformer
 
 __all__ = ["ModelArgs", "Transformer"]

@@ -8,7 +8,13 @@ from typing import Protocol
 
 import torch
 
+from .inference_config import InputError
+
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+
+
+class PromptError(InputError):
+    """The prompt or token ids cannot be used (no tokenizer, empty, outside the vocabulary)."""
 
 
 class Tokenizer(Protocol):
@@ -49,7 +55,11 @@ def load_tokenizer(model_path: str | Path | None) -> Tokenizer | None:
             from tokenizers import Tokenizer as FastTokenizer
         except ImportError:
             return None
-        return _Wrapped(FastTokenizer.from_file(str(path / "tokenizer.json")), fast=True)
+        try:
+            return _Wrapped(FastTokenizer.from_file(str(path / "tokenizer.json")), fast=True)
+        except Exception as exc:  # tokenizers raises its own Exception on a bad file
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise PromptError(f"{path / 'tokenizer.json'} cannot be read: {reason}") from None
     return None
 
 
@@ -58,12 +68,12 @@ def parse_token_ids(text: str, vocab_size: int) -> list[int]:
     try:
         ids = [int(part) for part in text.replace(",", " ").split()]
     except ValueError:
-        raise ValueError(f"token ids must be integers separated by commas, got {text!r}") from None
+        raise PromptError(f"token ids must be integers separated by commas, got {text!r}") from None
     if not ids:
-        raise ValueError("token ids are empty")
+        raise PromptError("token ids are empty")
     bad = [i for i in ids if not 0 <= i < vocab_size]
     if bad:
-        raise ValueError(f"token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})")
+        raise PromptError(f"token ids {bad[:5]} are outside the vocabulary [0, {vocab_size})")
     return ids
 
 
@@ -80,20 +90,20 @@ def prompt_ids(
     """
     tokenizer = load_tokenizer(model_path)
     if prompt is not None and token_ids is not None:
-        raise ValueError("give a prompt or token ids, not both")
+        raise PromptError("give a prompt or token ids, not both")
     if prompt is not None:
         if tokenizer is None:
-            raise ValueError(
+            raise PromptError(
                 f"no usable tokenizer in {model_path or 'model_path (unset)'} "
                 "(needs tokenizer files and transformers or tokenizers installed); "
                 "pass token ids instead"
             )
         ids = tokenizer.encode(prompt)
         if not ids:
-            raise ValueError(f"prompt {prompt!r} encodes to no tokens")
+            raise PromptError(f"prompt {prompt!r} encodes to no tokens")
         bad = [i for i in ids if not 0 <= i < vocab_size]
         if bad:
-            raise ValueError(f"tokenizer ids {bad[:5]} outside the vocabulary [0, {vocab_size})")
+            raise PromptError(f"tokenizer ids {bad[:5]} outside the vocabulary [0, {vocab_size})")
     elif token_ids is not None:
         ids = parse_token_ids(token_ids, vocab_size)
     else:

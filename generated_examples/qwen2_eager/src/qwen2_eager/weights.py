@@ -1,108 +1,43 @@
 """Load a local Hugging Face checkpoint (config.json + *.safetensors) into this package.
 
-Paths only: nothing is ever downloaded. HF parameter names are mapped to this package's
-(q/k/v fused into `qkv_proj`, gate/up into `gate_up_proj`); a checkpoint whose keys do
-not match raises ValueError listing the missing and unexpected HF keys.
+Paths only: nothing is ever downloaded. config.json is read by hf_config.py, the same
+reader `ascend-scaffold new model --from-hf-config` uses, then checked against the
+architecture this package was rendered with. HF parameter names are mapped to this
+package's (q/k/v fused into `qkv_proj`, gate/up into `gate_up_proj`). Every problem with
+the files raises CheckpointError (a ValueError) naming the file, and the tensor with both
+shapes when one does not fit; keys that do not match are listed, missing and unexpected.
 
     model = load_pretrained("path/to/ckpt", ops.load("portable"), dtype=torch.bfloat16)
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
 
 import torch
 from torch import nn
 
-from .configuration import ModelArgs
+from .architecture import ModelArgs
 from .extensions import weight_name_overrides
+from .hf_config import HFConfigError, load_json, read_hf_config
+from .inference_config import InputError
 from .modeling import Transformer
 
-# Architecture baked into modeling.py when this package was rendered.
-QK_NORM = False
-ATTENTION_BIAS = True
+# The architecture baked into modeling.py when this package was rendered.
 ROPE_SCALING = "none"
-if QK_NORM and not ATTENTION_BIAS:
-    MODEL_TYPES: tuple[str, ...] = ("qwen3",)
-elif ATTENTION_BIAS and not QK_NORM:
-    MODEL_TYPES = ("qwen2",)
-elif not (QK_NORM or ATTENTION_BIAS):
-    MODEL_TYPES = ("llama", "mistral")
-else:
-    MODEL_TYPES = ()  # q/k/v bias with QK-norm: no supported HF architecture has both
+MODEL_TYPES: tuple[str, ...] = ("qwen2",)  # q/k/v bias: Qwen2Attention's q/k/v_proj
 
+# Buffers older transformers releases saved with the weights (LlamaRotaryEmbedding's
+# inv_freq, src/transformers/models/llama/modeling_llama.py); this package computes them.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
-_DEFAULT_HEAD_DIM = {"qwen3": 128}
 _MAX_LISTED = 12
 
 
-def read_hf_config(path: str | Path) -> dict:
-    """config.json of a checkpoint directory (or the file itself)."""
-    path = Path(path)
-    file = path / "config.json" if path.is_dir() else path
-    if not file.is_file():
-        raise FileNotFoundError(f"no config.json at {file}")
-    return json.loads(file.read_text())
-
-
-def _rope(cfg: dict, where: Path) -> dict:
-    """rope_theta and the scaling fields of ModelArgs; the scaling kind must be ROPE_SCALING."""
-    theta, scaling = cfg.get("rope_theta"), {}
-    for field in ("rope_parameters", "rope_scaling"):
-        spec = cfg.get(field)
-        if isinstance(spec, dict) and "full_attention" in spec:
-            spec = spec["full_attention"]
-        if spec is None:
-            continue
-        if spec.get("partial_rotary_factor", 1.0) != 1.0:
-            raise ValueError(f"{where}: partial_rotary_factor != 1.0 is not supported")
-        theta = spec.get("rope_theta", theta)
-        kind = spec.get("rope_type", spec.get("type", "default"))
-        if kind != "default":
-            scaling = {**spec, "rope_type": kind}
-    kind = scaling.get("rope_type", "none")
-    if kind != ROPE_SCALING:
-        raise ValueError(
-            f"{where}: RoPE scaling {kind!r} does not match this package's rope_scaling="
-            f"{ROPE_SCALING!r}"
-        )
-    fields = {"rope_theta": float(10000.0 if theta is None else theta)}
-    if kind in ("llama3", "yarn"):  # where transformers looks for the pre-training context
-        original = cfg.get("original_max_position_embeddings")
-        original = original or scaling.get("original_max_position_embeddings")
-        original = int(original or cfg["max_position_embeddings"])
-        fields["rope_original_max_position_embeddings"] = original
-    if kind in ("linear", "llama3"):
-        fields["rope_scaling_factor"] = float(scaling["factor"])
-    if kind == "llama3":
-        fields["rope_low_freq_factor"] = float(scaling["low_freq_factor"])
-        fields["rope_high_freq_factor"] = float(scaling["high_freq_factor"])
-    if kind == "yarn":
-        fields.update(_yarn(scaling, cfg, original))
-    return fields
-
-
-def _yarn(scaling: dict, cfg: dict, original: int) -> dict:
-    """YaRN fields with transformers' defaults (factor: the context ratio; cos/sin scale:
-    from mscale/mscale_all_dim when both are given, else 0, derived in modeling.py)."""
-    factor = float(scaling.get("factor") or cfg["max_position_embeddings"] / original)
-    attention = scaling.get("attention_factor")
-    mscale, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
-    if attention is None and mscale and mscale_all_dim and factor > 1:
-        log_factor = math.log(factor)
-        attention = (0.1 * mscale * log_factor + 1) / (0.1 * mscale_all_dim * log_factor + 1)
-    return {
-        "rope_scaling_factor": factor,
-        "rope_beta_fast": float(scaling.get("beta_fast") or 32.0),
-        "rope_beta_slow": float(scaling.get("beta_slow") or 1.0),
-        "rope_attention_factor": float(attention or 0.0),
-        "rope_truncate": bool(scaling.get("truncate", True)),
-    }
+class CheckpointError(InputError):
+    """A checkpoint's config.json or safetensors files cannot be used; names the file."""
 
 
 def model_args_from_hf(path: str | Path, max_seq_len: int | None = None) -> ModelArgs:
@@ -111,45 +46,30 @@ def model_args_from_hf(path: str | Path, max_seq_len: int | None = None) -> Mode
     max_seq_len (KV cache and RoPE table length) defaults to this package's rendered
     value, capped at the checkpoint's max_position_embeddings.
     """
-    cfg = read_hf_config(path)
-    where = Path(path)
-    model_type = cfg.get("model_type")
-    if model_type not in MODEL_TYPES:
-        raise ValueError(
-            f"{where}: model_type {model_type!r} cannot run on this package (rendered with "
-            f"qk_norm={QK_NORM}, attention_bias={ATTENTION_BIAS}; it runs: "
+    try:
+        hf = read_hf_config(path)
+    except HFConfigError as exc:
+        raise CheckpointError(str(exc)) from None
+    if hf.model_type not in MODEL_TYPES:
+        raise CheckpointError(
+            f"{hf.file}: model_type {hf.model_type!r} cannot run on this package (rendered "
+            "with qk_norm=False, attention_bias=True; it runs: "
             f"{', '.join(MODEL_TYPES) or 'none'})"
         )
-    if cfg.get("hidden_act", "silu") != "silu" or cfg.get("mlp_bias"):
-        raise ValueError(f"{where}: only a bias-free SwiGLU (silu) MLP is supported")
-    if model_type != "qwen2" and cfg.get("attention_bias"):
-        raise ValueError(f"{where}: attention_bias=true (o_proj bias) is not supported")
-    if cfg.get("sliding_window") is not None and (
-        model_type == "mistral" or cfg.get("use_sliding_window")
-    ):
-        raise ValueError(f"{where}: sliding-window attention is not supported")
-    if any(kind != "full_attention" for kind in cfg.get("layer_types") or ()):
-        raise ValueError(f"{where}: only full_attention layers are supported")
-    try:
-        heads = cfg["num_attention_heads"]
-        default_len = ModelArgs.__dataclass_fields__["max_seq_len"].default
-        max_pos = cfg.get("max_position_embeddings") or default_len
-        return ModelArgs(
-            vocab_size=cfg["vocab_size"],
-            hidden_size=cfg["hidden_size"],
-            num_hidden_layers=cfg["num_hidden_layers"],
-            num_attention_heads=heads,
-            num_key_value_heads=cfg.get("num_key_value_heads") or heads,
-            head_dim=cfg.get("head_dim")
-            or _DEFAULT_HEAD_DIM.get(model_type, cfg["hidden_size"] // heads),
-            intermediate_size=cfg["intermediate_size"],
-            **_rope(cfg, where),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            max_seq_len=max_seq_len or min(default_len, max_pos),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+    fields = dict(hf.architecture)
+    del fields["qk_norm"], fields["attention_bias"]  # decided by model_type, checked above
+    kind = fields.pop("rope_scaling")
+    if kind != ROPE_SCALING:
+        raise CheckpointError(
+            f"{hf.file}: RoPE scaling {kind!r} does not match this package's "
+            f"rope_scaling={ROPE_SCALING!r}"
         )
-    except KeyError as exc:
-        raise ValueError(f"{where}: config.json has no {exc.args[0]!r}") from None
+    default_len = ModelArgs.__dataclass_fields__["max_seq_len"].default
+    max_seq_len = max_seq_len or min(default_len, hf.max_position_embeddings)
+    try:
+        return ModelArgs(**fields, max_seq_len=max_seq_len)
+    except ValueError as exc:  # ModelArgs' own checks
+        raise CheckpointError(f"{hf.file}: {exc}") from None
 
 
 def hf_names(name: str) -> list[str]:
@@ -169,15 +89,22 @@ def checkpoint_files(path: str | Path) -> dict[str, Path]:
     path = Path(path)
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        try:
+            raw, _ = load_json(index)
+        except HFConfigError as exc:
+            raise CheckpointError(str(exc)) from None
+        weight_map = raw.get("weight_map")
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(file, str) for file in weight_map.values()
+        ):
+            raise CheckpointError(f"{index}: needs a 'weight_map' object of key -> file name")
         return {key: path / file for key, file in weight_map.items()}
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors files in {path} (paths only, no download)")
-    safe_open = _safe_open()
     keys: dict[str, Path] = {}
     for file in files:
-        with safe_open(file, framework="pt") as f:
+        with _open(file) as f:
             keys.update(dict.fromkeys(f.keys(), file))
     return keys
 
@@ -192,24 +119,56 @@ def _safe_open():
     return safe_open
 
 
+def _unreadable(file: Path, exc: Exception) -> CheckpointError:
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return CheckpointError(
+        f"checkpoint file {file} cannot be read ({reason}): truncated, corrupt or missing?"
+    )
+
+
+def _open(file: Path):
+    """safe_open(file); a missing, truncated or corrupt file raises CheckpointError naming it."""
+    safe_open = _safe_open()
+    try:
+        return safe_open(file, framework="pt")
+    except Exception as exc:  # safetensors' SafetensorError (header), OSError, ...
+        raise _unreadable(file, exc) from None
+
+
+def _get_tensor(handle, key: str, file: Path) -> torch.Tensor:
+    try:
+        return handle.get_tensor(key)
+    except Exception as exc:  # unreadable data, unsupported dtype
+        raise _unreadable(file, exc) from None
+
+
+def _piece_shapes(name: str, param: nn.Parameter, args: ModelArgs) -> list[tuple[int, ...]]:
+    """The shape each HF tensor of `hf_names(name)` must have (fused ones split on dim 0)."""
+    rest = tuple(param.shape[1:])
+    if ".self_attn.qkv_proj." in name:
+        q = args.num_attention_heads * args.head_dim
+        kv = args.num_key_value_heads * args.head_dim
+        return [(q, *rest), (kv, *rest), (kv, *rest)]
+    if ".mlp.gate_up_proj." in name:
+        return [(args.intermediate_size, *rest)] * 2
+    return [tuple(param.shape)]
+
+
 def _listing(keys: set[str]) -> str:
     shown = sorted(keys)[:_MAX_LISTED]
     more = len(keys) - len(shown)
     return ", ".join(shown) + (f", ... ({more} more)" if more else "")
 
 
-@torch.no_grad()
-def load_checkpoint(
-    model: Transformer, path: str | Path, dtype: torch.dtype | str | None = None
-) -> Transformer:
-    """Copy a local HF checkpoint's weights into `model` (in `dtype` when given)."""
-    if dtype is not None:
-        model.to(dtype=_as_dtype(dtype))
+def _checkpoint_tensors(model: Transformer, path: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """(parameter name, tensor) for every parameter of `model` (a tied lm_head once, as
+    embed_tokens), q/k/v and gate/up concatenated, each checked against the parameter's
+    shape (a meta-device model has them too); mismatched keys are listed first."""
     stored = checkpoint_files(path)
     overrides = weight_name_overrides()  # user hook: stored name -> HF name
     original = {overrides.get(k, k): k for k in stored}
     files = {overrides.get(k, k): file for k, file in stored.items()}
-    params = dict(model.named_parameters())  # a tied lm_head shows up once, as embed_tokens
+    params = dict(model.named_parameters())
     sources = {name: hf_names(name) for name in params}
     needed = {key for keys in sources.values() for key in keys}
     ignored = {k for k in files if k.endswith(_IGNORED_SUFFIXES)}
@@ -221,22 +180,35 @@ def load_checkpoint(
         parts = [f"missing {len(missing)}: {_listing(missing)}"] if missing else []
         if unexpected:
             parts.append(f"unexpected {len(unexpected)}: {_listing(unexpected)}")
-        raise ValueError(f"checkpoint {path} does not match this model; " + "; ".join(parts))
-    safe_open = _safe_open()
+        raise CheckpointError(f"checkpoint {path} does not match this model; " + "; ".join(parts))
     with ExitStack() as stack:
         handles = {
-            file: stack.enter_context(safe_open(file, framework="pt"))
-            for file in {files[key] for key in needed}
+            file: stack.enter_context(_open(file)) for file in sorted({files[k] for k in needed})
         }
         for name, param in params.items():
-            pieces = [handles[files[key]].get_tensor(original[key]) for key in sources[name]]
-            tensor = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)
-            if tensor.shape != param.shape:
-                raise ValueError(
-                    f"checkpoint {path}: {' + '.join(sources[name])} has shape "
-                    f"{tuple(tensor.shape)}, {name} needs {tuple(param.shape)}"
-                )
-            param.copy_(tensor)
+            pieces = []
+            shapes = _piece_shapes(name, param, model.args)
+            for key, shape in zip(sources[name], shapes, strict=True):
+                piece = _get_tensor(handles[files[key]], original[key], files[key])
+                if tuple(piece.shape) != shape:
+                    raise CheckpointError(
+                        f"{files[key]}: tensor {original[key]} has shape {tuple(piece.shape)}, "
+                        f"this model needs {shape} (for {name})"
+                    )
+                pieces.append(piece)
+            yield name, pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)
+
+
+@torch.no_grad()
+def load_checkpoint(
+    model: Transformer, path: str | Path, dtype: torch.dtype | str | None = None
+) -> Transformer:
+    """Copy a local HF checkpoint's weights into `model` (in `dtype` when given)."""
+    if dtype is not None:
+        model.to(dtype=_as_dtype(dtype))
+    params = dict(model.named_parameters())
+    for name, tensor in _checkpoint_tensors(model, path):
+        params[name].copy_(tensor)
     return model
 
 
@@ -244,22 +216,7 @@ def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
     return getattr(torch, dtype) if isinstance(dtype, str) else dtype
 
 
-@contextmanager
-def _uninitialized(dtype: torch.dtype) -> Iterator[None]:
-    """Build modules without random init, directly in `dtype` (weights come from disk)."""
-    resets = {cls: cls.reset_parameters for cls in (nn.Linear, nn.Embedding)}
-    previous = torch.get_default_dtype()
-    try:
-        for cls in resets:
-            cls.reset_parameters = lambda self: None
-        torch.set_default_dtype(dtype)
-        yield
-    finally:
-        for cls, reset in resets.items():
-            cls.reset_parameters = reset
-        torch.set_default_dtype(previous)
-
-
+@torch.no_grad()
 def load_pretrained(
     path: str | Path,
     ops_module: ModuleType,
@@ -269,13 +226,37 @@ def load_pretrained(
     batch_size: int = 1,
     max_seq_len: int | None = None,
 ) -> Transformer:
-    """Build the model from a checkpoint's config.json, load its weights, allocate caches."""
+    """Build the model from a checkpoint's config.json, load its weights, allocate caches.
+
+    As pytorch-labs/gpt-fast's generate.py (`_load_model`) does: the model is built on the
+    meta device (no memory, no random init), the checkpoint's tensors become its parameters
+    (`load_state_dict(..., assign=True)`), each converted once to `dtype` on `device`.
+    What is not in the checkpoint is then created on `device`: the RoPE cos/sin tables
+    (`RotaryEmbedding.reset_tables`) and the KV cache (`setup_caches`).
+    """
     args = model_args_from_hf(path, max_seq_len)
-    dtype = _as_dtype(dtype)
-    with _uninitialized(dtype), torch.device(device):
+    dtype, device = _as_dtype(dtype), torch.device(device)
+    with torch.device("meta"):
         model = Transformer(args, ops_module)
-    model.to(dtype=dtype)  # RoPE tables are built in float32, as build_model casts them
-    load_checkpoint(model, path)
+    loaded = {
+        name: nn.Parameter(tensor.to(device=device, dtype=dtype))
+        for name, tensor in _checkpoint_tensors(model, path)
+    }
+    # Every name of every parameter (a tied lm_head.weight too) gets the one loaded
+    # Parameter, so assign=True keeps tied weights one tensor.
+    first: dict[int, str] = {}
+    state: dict[str, nn.Parameter] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        state[name] = loaded[first.setdefault(id(param), name)]
+    model.load_state_dict(state, strict=True, assign=True)
+    model.rotary.reset_tables(device)  # non-persistent: still on the meta device
+    model.to(device=device, dtype=dtype)  # the tables in `dtype`, as runner.build_model has them
     model.eval()
     model.setup_caches(batch_size)
+    on_meta = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
+    if on_meta:
+        raise RuntimeError(
+            f"load_pretrained left {', '.join(on_meta)} on the meta device: modeling.py must "
+            "create it in RotaryEmbedding.reset_tables or Transformer.setup_caches"
+        )
     return model

@@ -1,4 +1,4 @@
-"""Your extensions to qwen3_ge. This file is yours: edit it freely.
+"""Your extensions to this package. This file is yours: edit it freely.
 
 ascend-scaffold renders it once; `ascend-scaffold update` and `copier update` never touch it
 again (it is listed in `_skip_if_exists`). Put model-specific changes here instead of

@@ -1,8 +1,8 @@
 """Dense GQA decoder: prefill runs eager, only `decode` is compiled.
 
-Everything that changes between decode steps (positions, cache write index,
-sequence lengths, cos/sin) enters `forward` as an input, so one decode graph
-serves every step.
+Everything that changes between decode steps (positions, cache write index, sequence
+lengths, cos/sin) enters as an input, so one decode graph serves every step. The blocks
+live in layers/: norm.py, rope.py, attention.py, mlp.py.
 """
 
 from __future__ import annotations
@@ -12,117 +12,13 @@ from types import ModuleType
 import torch
 from torch import nn
 
-from .configuration import ModelArgs
+from .architecture import ModelArgs
 from .kv_cache import KVCache
+from .layers.attention import Attention, AttentionMetadata
+from .layers.mlp import MLP
+from .layers.norm import RMSNorm
+from .layers.rope import RotaryEmbedding
 from .ops import Lengths
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float, ops: ModuleType):
-        super().__init__()
-        self.eps = eps
-        self.ops = ops
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ops.rms_norm(x, self.weight, self.eps)
-
-
-class RotaryEmbedding(nn.Module):
-    """cos/sin for every position, computed once at init; prefill slices, decode gathers."""
-
-    def __init__(self, args: ModelArgs):
-        super().__init__()
-        dim = args.head_dim
-        inv_freq = 1.0 / args.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
-        freqs = torch.outer(torch.arange(args.max_seq_len, dtype=torch.float32), inv_freq)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        self.register_buffer("cos_cached", emb.cos(), persistent=False)
-        self.register_buffer("sin_cached", emb.sin(), persistent=False)
-
-    def prefill(self, bsz: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Prompts start at position 0: slice. Shapes (batch, seq_len, 1, head_dim): BSND
-        with N=1, as the fused rotary op takes."""
-        shape = (bsz, -1, -1, -1)
-        cos, sin = self.cos_cached[:seq_len], self.sin_cached[:seq_len]
-        return cos[None, :, None].expand(shape), sin[None, :, None].expand(shape)
-
-    def decode(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gather each row's position; no host value enters the graph."""
-        bsz, seq_len = position_ids.shape
-        index = position_ids.view(-1)
-        cos = torch.index_select(self.cos_cached, 0, index)
-        sin = torch.index_select(self.sin_cached, 0, index)
-        return cos.view(bsz, seq_len, 1, -1), sin.view(bsz, seq_len, 1, -1)
-
-
-class Attention(nn.Module):
-    def __init__(self, args: ModelArgs, ops: ModuleType):
-        super().__init__()
-        self.ops = ops
-        self.num_heads = args.num_attention_heads
-        self.num_kv_heads = args.num_key_value_heads
-        self.head_dim = args.head_dim
-        self.scale = args.head_dim**-0.5
-        self.qkv_sizes = [
-            d * args.head_dim for d in (self.num_heads, self.num_kv_heads, self.num_kv_heads)
-        ]
-        self.qkv_proj = nn.Linear(args.hidden_size, sum(self.qkv_sizes), bias=False)
-        self.o_proj = nn.Linear(self.num_heads * args.head_dim, args.hidden_size, bias=False)
-        self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps, ops)
-        self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps, ops)
-        self.kv_cache: KVCache | None = None
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        kv_len: torch.Tensor,
-        actual_seq_lengths_q: Lengths,
-        actual_seq_lengths_kv: Lengths,
-        is_prefill: bool,
-    ) -> torch.Tensor:
-        bsz, seq_len, _ = x.shape
-        q, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
-        q = q.view(bsz, seq_len, self.num_heads, self.head_dim)
-        k = k.view(bsz, seq_len, self.num_kv_heads, self.head_dim)
-        v = v.view(bsz, seq_len, self.num_kv_heads, self.head_dim)
-        q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.ops.apply_rotary(q, k, cos, sin)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # BNSD
-
-        if is_prefill:
-            self.kv_cache.write_prefix(k, v)
-        else:
-            self.kv_cache.update(kv_len, k, v)
-            k, v = self.kv_cache.k_cache, self.kv_cache.v_cache
-        out = self.ops.attention(
-            q,
-            k,
-            v,
-            actual_seq_lengths_q,
-            actual_seq_lengths_kv,
-            num_heads=self.num_heads,
-            num_kv_heads=self.num_kv_heads,
-            scale=self.scale,
-            causal=is_prefill,
-        )
-        return self.o_proj(out.transpose(1, 2).reshape(bsz, seq_len, -1))
-
-
-class MLP(nn.Module):
-    """SwiGLU with gate and up fused into one matmul."""
-
-    def __init__(self, args: ModelArgs):
-        super().__init__()
-        self.intermediate_size = args.intermediate_size
-        self.gate_up_proj = nn.Linear(args.hidden_size, 2 * args.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
-        return self.down_proj(nn.functional.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -133,8 +29,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
         self.mlp = MLP(args)
 
-    def forward(self, x: torch.Tensor, *attn_args) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), *attn_args)
+    def forward(self, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), meta)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -151,7 +47,8 @@ class Transformer(nn.Module):
         self.rotary = RotaryEmbedding(args)
 
     def setup_caches(self, batch_size: int, max_seq_len: int | None = None) -> None:
-        """Allocate every layer's KV cache once; decode writes into it in place."""
+        """Allocate every layer's KV cache once, on the weights' device and dtype; decode
+        writes into it in place."""
         max_seq_len = max_seq_len or self.args.max_seq_len
         weight = self.embed_tokens.weight
         for layer in self.layers:
@@ -166,49 +63,44 @@ class Transformer(nn.Module):
                 device=weight.device,
             )
 
-    def forward(
+    def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """Logits of the last position of each row: (batch, 1, vocab)."""
+        h = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            h = layer(h, meta)
+        if meta.is_prefill:
+            h = h[:, -1:]
+        return self.lm_head(self.norm(h))
+
+    def _step(self, input_ids, position_ids, kv_len, lengths_q, lengths_kv, is_prefill):
+        if self.layers[0].self_attn.kv_cache is None:
+            raise RuntimeError("no KV cache: call model.setup_caches(batch_size) first")
+        cos, sin = self.rotary(position_ids)
+        meta = AttentionMetadata(cos, sin, kv_len, lengths_q, lengths_kv, is_prefill)
+        return self(input_ids, meta)
+
+    def prefill(
         self,
         input_ids: torch.Tensor,
         position_ids: torch.Tensor,
         kv_len: torch.Tensor,
         actual_seq_lengths_q: Lengths,
         actual_seq_lengths_kv: Lengths,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        is_prefill: bool,
     ) -> torch.Tensor:
-        """Logits of the last position of each row: (batch, 1, vocab)."""
-        h = self.embed_tokens(input_ids)
-        for layer in self.layers:
-            h = layer(h, cos, sin, kv_len, actual_seq_lengths_q, actual_seq_lengths_kv, is_prefill)
-        if is_prefill:
-            h = h[:, -1:]
-        return self.lm_head(self.norm(h))
-
-    def prefill(self, input_ids, position_ids, kv_len, actual_seq_lengths_q, actual_seq_lengths_kv):
         """Eager: prompt lengths vary, so prefill is never compiled."""
-        cos, sin = self.rotary.prefill(*input_ids.shape)
-        return self(
-            input_ids,
-            position_ids,
-            kv_len,
-            actual_seq_lengths_q,
-            actual_seq_lengths_kv,
-            cos,
-            sin,
-            is_prefill=True,
+        return self._step(
+            input_ids, position_ids, kv_len, actual_seq_lengths_q, actual_seq_lengths_kv, True
         )
 
-    def decode(self, input_ids, position_ids, kv_len, actual_seq_lengths_q, actual_seq_lengths_kv):
+    def decode(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        kv_len: torch.Tensor,
+        actual_seq_lengths_q: Lengths,
+        actual_seq_lengths_kv: Lengths,
+    ) -> torch.Tensor:
         """One token per row with fixed shapes: the method `graph.compile_decode` compiles."""
-        cos, sin = self.rotary.decode(position_ids)
-        return self(
-            input_ids,
-            position_ids,
-            kv_len,
-            actual_seq_lengths_q,
-            actual_seq_lengths_kv,
-            cos,
-            sin,
-            is_prefill=False,
+        return self._step(
+            input_ids, position_ids, kv_len, actual_seq_lengths_q, actual_seq_lengths_kv, False
         )

@@ -49,12 +49,15 @@ def _reference_attention(query, key, value, lengths_kv, scale, causal):
     )
 
 
-@torch.library.custom_op("llama_tiny::fused_infer_attention", mutates_args=())
+@torch.library.custom_op(
+    "llama_tiny::fused_infer_attention",
+    mutates_args=(),
+)
 def fused_infer_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    actual_seq_lengths: list[int],
+    actual_seq_lengths: list[int],  # noqa: ARG001 (the NPU op's schema; queries are dense)
     actual_seq_lengths_kv: list[int],
     scale: float,
     causal: bool,
@@ -62,12 +65,15 @@ def fused_infer_attention(
     return _reference_attention(query, key, value, actual_seq_lengths_kv, scale, causal)
 
 
-@torch.library.custom_op("llama_tiny::fused_infer_attention_t", mutates_args=())
+@torch.library.custom_op(
+    "llama_tiny::fused_infer_attention_t",
+    mutates_args=(),
+)
 def fused_infer_attention_t(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    actual_seq_lengths: torch.Tensor,
+    actual_seq_lengths: torch.Tensor,  # noqa: ARG001 (as above)
     actual_seq_lengths_kv: torch.Tensor,
     scale: float,
     causal: bool,
@@ -77,7 +83,7 @@ def fused_infer_attention_t(
 
 @fused_infer_attention.register_fake
 @fused_infer_attention_t.register_fake
-def _(query, key, value, actual_seq_lengths, actual_seq_lengths_kv, scale, causal):
+def _(query, *_schema_args):
     return torch.empty_like(query)
 
 
@@ -88,8 +94,8 @@ def attention(
     actual_seq_lengths_q: Lengths,
     actual_seq_lengths_kv: Lengths,
     *,
-    num_heads: int,
-    num_kv_heads: int,
+    num_heads: int,  # noqa: ARG001 (ops/npu.py needs the head counts; here shapes carry them)
+    num_kv_heads: int,  # noqa: ARG001
     scale: float,
     causal: bool,
 ) -> torch.Tensor:

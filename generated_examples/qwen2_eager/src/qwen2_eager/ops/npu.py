@@ -15,9 +15,16 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return torch_npu.npu_rms_norm(x, weight, epsilon=eps)[0]
 
 
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
 def apply_rotary(q, k, cos, sin):
-    """q, k: BSND; cos, sin: (B, S, 1, D); head_dim must be 64 or 128 on A2/A3."""
-    return torch_npu.npu_apply_rotary_pos_emb(q, k, cos, sin, layout="BSND")
+    """q, k: BSND; cos, sin: (B, S, 1, D). Plain torch maths ("half" mode): the fused
+    npu_apply_rotary_pos_emb takes head_dim 64 or 128 on A2, this model has
+    32 (torch_npu/_op_plugin_docs.py)."""
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
 
 def scatter_update_(cache: torch.Tensor, kv_len: torch.Tensor, update: torch.Tensor) -> None:
@@ -52,10 +59,12 @@ def attention(
         fia = torchair.ops.npu_fused_infer_attention_score
     else:
         fia = torch_npu.npu_fused_infer_attention_score
+    # The op takes no strided views and its wrapper adds no .contiguous() (torch_npu's
+    # npu_fused_infer_attention_score docs): q/k/v arrive transposed to BNSD.
     out, _ = fia(
-        query,
-        key,
-        value,
+        query.contiguous(),
+        key.contiguous(),
+        value.contiguous(),
         atten_mask=_causal_mask(query.device) if causal else None,
         actual_seq_lengths=actual_seq_lengths_q,
         actual_seq_lengths_kv=actual_seq_lengths_kv,

@@ -16,7 +16,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def apply_rotary(q, k, cos, sin):
-    """q, k: BSND; cos, sin: (B, S, 1, D); head_dim must be 64 or 128 on A2/A3."""
+    """q, k: BSND; cos, sin: (B, S, 1, D). The fused op takes head_dim 64 or 128 on
+    A3 (torch_npu/_op_plugin_docs.py) and rotates q and k in place, so they
+    must be whole tensors, not the strided views the q/k/v split leaves."""
+    q, k = q.contiguous(), k.contiguous()
     return torch_npu.npu_apply_rotary_pos_emb(q, k, cos, sin, layout="BSND")
 
 
@@ -52,10 +55,12 @@ def attention(
         fia = torchair.ops.npu_fused_infer_attention_score
     else:
         fia = torch_npu.npu_fused_infer_attention_score
+    # The op takes no strided views and its wrapper adds no .contiguous() (torch_npu's
+    # npu_fused_infer_attention_score docs): q/k/v arrive transposed to BNSD.
     out, _ = fia(
-        query,
-        key,
-        value,
+        query.contiguous(),
+        key.contiguous(),
+        value.contiguous(),
         atten_mask=_causal_mask(query.device) if causal else None,
         actual_seq_lengths=actual_seq_lengths_q,
         actual_seq_lengths_kv=actual_seq_lengths_kv,

@@ -1,4 +1,5 @@
-"""Architecture hyperparameters (rendered from the interview answers)."""
+"""The architecture (ModelArgs): hyperparameters rendered from the interview answers; the
+runtime settings are in inference_config.py."""
 
 from dataclasses import dataclass
 
