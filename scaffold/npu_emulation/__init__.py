@@ -18,32 +18,8 @@ from __future__ import annotations
 
 from scaffold import __version__
 
-from .emulation import (
-    AUTOLOAD_ENV,
-    CONSTRAINT_VIOLATIONS,
-    PLATFORM_ENV,
-    REQUIRE_ENV,
-    STRICT_ENV,
-    STUBS_ENV,
-    DeviceConstraintError,
-    EmulationUnavailable,
-    activate,
-    build_stubs,
-    current_platform,
-    emulation_env,
-    fused_infer_attention_ref,
-    limits,
-    reexec_with_env,
-    required,
-    rms_norm_ref,
-    rotary_inplace,
-    rotary_ref,
-    scatter_update_ref,
-    set_platform,
-    strict,
-    stub_manifest,
-    unavailable_reason,
-)
+from . import emulation
+from .emulation import *  # noqa: F403 (its __all__ is the public API)
 
 
 def __getattr__(name: str):
@@ -59,32 +35,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = [
-    "AUTOLOAD_ENV",
-    "CONSTRAINT_VIOLATIONS",
-    "PLATFORM_ENV",
-    "REQUIRE_ENV",
-    "STRICT_ENV",
-    "STUBS_ENV",
-    "DeviceConstraintError",
-    "EmulationUnavailable",
-    "__version__",
-    "activate",
-    "build_stubs",
-    "check_compile_seam",
-    "check_npu_calls",
-    "current_platform",
-    "emulation_env",
-    "fused_infer_attention_ref",
-    "limits",
-    "reexec_with_env",
-    "required",
-    "rms_norm_ref",
-    "rotary_inplace",
-    "rotary_ref",
-    "scatter_update_ref",
-    "set_platform",
-    "strict",
-    "stub_manifest",
-    "unavailable_reason",
-]
+__all__ = [*emulation.__all__, "__version__", "check_compile_seam", "check_npu_calls"]  # noqa: F405 (lazy: __getattr__)
