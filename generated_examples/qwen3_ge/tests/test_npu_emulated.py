@@ -80,4 +80,6 @@ def test_npu_path_matches_portable_path(tensor_lengths):
     expected = greedy(portable_model, portable_model.decode, prompt(), 8, tensor_lengths)
     actual = greedy(npu_model, decode, prompt(), 8, tensor_lengths, forced=expected)
     for step, (a, e) in enumerate(zip(actual, expected, strict=True)):
-        torch.testing.assert_close(a, e, rtol=2e-2, atol=2e-2, msg=f"step {step}")  # bf16
+        # bf16: within 1% of the logits' scale (one bf16 step at that scale is ~0.4%)
+        scale = e.abs().max().item()
+        torch.testing.assert_close(a, e, rtol=2e-2, atol=1e-2 * scale, msg=f"step {step}")
