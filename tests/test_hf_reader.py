@@ -546,7 +546,7 @@ def packages(tmp_path_factory):
             render(validate(collect_answers(answers, defaults=True)), root / name)
             sys.path.insert(0, str(root / name / "src"))
             module = importlib.import_module(name)
-            for part in ("weights", "hf_config", "config"):
+            for part in ("weights", "hf_config", "inference_config"):
                 setattr(module, part, importlib.import_module(f"{name}.{part}"))
             made[key] = module
         return made[key]

@@ -14,6 +14,7 @@ from qwen2_eager.inference_config import (
     PROMPT_KEY,
     ConfigError,
     ModelConfig,
+    check_fits,
     load_config,
     set_task_queue_env,
 )
@@ -114,8 +115,6 @@ def test_missing_file_names_it(tmp_path):
 
 @pytest.mark.parametrize(("prompt_len", "new_tokens"), [(60, 4), (64, 0), (1, 63)])
 def test_prompt_and_new_tokens_fill_the_cache_exactly(prompt_len, new_tokens):
-    from qwen2_eager.inference_config import check_fits
-
     check_fits(prompt_len, new_tokens, 64)  # prefill [0, prompt_len) + one position a step
     with pytest.raises(ConfigError, match=f"{PROMPT_KEY} .* {NEW_TOKENS_KEY} .* max_seq_len"):
         check_fits(prompt_len, new_tokens + 1, 64)
