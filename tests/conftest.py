@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,22 @@ def tree_state(root: Path) -> dict[str, str]:
         else:
             state[key] = hashlib.sha256(path.read_bytes()).hexdigest()
     return state
+
+
+NPU_PYTHON = os.environ.get("ASCEND_SCAFFOLD_NPU_PYTHON")
+NO_NPU_PYTHON = (
+    "ASCEND_SCAFFOLD_NPU_PYTHON unset: no python with torch-npu==2.13.0 and its stand-in CANN "
+    "libraries (.ci/npu_emulation.sh creates one)"
+)
+
+
+def require_npu_emulation() -> None:
+    """Skip without the emulation interpreter; fail instead where CI requires the tier
+    (ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION=1, exported by .ci/run)."""
+    from scaffold.npu_emulation import required
+
+    if NPU_PYTHON:
+        return
+    if required():
+        pytest.fail(f"{NO_NPU_PYTHON}; ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION=1 requires it")
+    pytest.skip(NO_NPU_PYTHON)

@@ -49,17 +49,7 @@ def test_unsafe_package_names(cli, tmp_path, name, reason):
 
 
 def test_unsafe_name_derived_from_a_checkpoint_directory(cli, tmp_path):
-    ckpt = tmp_path / "torch"
-    ckpt.mkdir()
-    config = {
-        "model_type": "llama",
-        "vocab_size": 256,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-    }
-    (ckpt / "config.json").write_text(json.dumps(config))
+    ckpt = hf_config(tmp_path, directory="torch")
     line = refused(cli, tmp_path, "--from-hf-config", ckpt)
     assert "'torch'" in line and "derived from the checkpoint directory" in line
     assert "--model-name" in line
@@ -148,8 +138,8 @@ def test_bad_data_files(cli, tmp_path, content, message):
     assert message in refused(cli, tmp_path, "--data-file", data)
 
 
-def hf_config(tmp_path, **fields):
-    ckpt = tmp_path / "ckpt"
+def hf_config(tmp_path, directory="ckpt", **fields):
+    ckpt = tmp_path / directory
     ckpt.mkdir(exist_ok=True)
     config = {
         "model_type": "llama",

@@ -5,10 +5,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import NPU_PYTHON, require_npu_emulation
 
 from scaffold.examples import EXAMPLES_DIR, example_answers
-
-NPU_PYTHON = os.environ.get("ASCEND_SCAFFOLD_NPU_PYTHON")
 
 
 def run_in(package_dir, *args, python=sys.executable, timeout=900):
@@ -67,16 +66,7 @@ def test_runner_rejects_a_bad_config(tmp_path):
 def test_example_npu_emulated_tier(name):
     """The examples' NPU code path on CPU, under the real torch_npu wheel; none may skip
     (and in CI, where ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION=1, the tier may not be absent)."""
-    from scaffold.npu_emulation import required
-
-    if not NPU_PYTHON:
-        reason = (
-            "ASCEND_SCAFFOLD_NPU_PYTHON unset: no torch-npu environment "
-            "(create one with .ci/npu_emulation.sh)"
-        )
-        if required():
-            pytest.fail(f"{reason}; ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION=1 requires the tier")
-        pytest.skip(reason)
+    require_npu_emulation()
     result = run_in(
         EXAMPLES_DIR / name,
         "-m",

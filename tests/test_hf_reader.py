@@ -517,7 +517,9 @@ def package_refusal(path: Path, packages) -> str:
     package = packages(False, False, "none")
     with pytest.raises(package.weights.CheckpointError) as error:
         package.weights.model_args_from_hf(path)
-    assert isinstance(error.value, package.inference_config.InputError)  # the runner: one line, exit 2
+    assert isinstance(
+        error.value, package.inference_config.InputError
+    )  # the runner: one line, exit 2
     return str(error.value)
 
 

@@ -17,28 +17,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import NPU_PYTHON, require_npu_emulation
 
 REPO = Path(__file__).resolve().parents[1]
-NPU_PYTHON = os.environ.get("ASCEND_SCAFFOLD_NPU_PYTHON")
-
-REQUIRED = os.environ.get("ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION", "").strip().lower() not in (
-    "",
-    "0",
-    "false",
-    "no",
-)
-UNAVAILABLE = (
-    "set ASCEND_SCAFFOLD_NPU_PYTHON to a python with torch-npu==2.13.0 installed "
-    "(.ci/npu_emulation.sh creates one)"
-)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _needs_emulation():
-    if not NPU_PYTHON:
-        if REQUIRED:
-            pytest.fail(f"{UNAVAILABLE}; ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION=1 requires it")
-        pytest.skip(UNAVAILABLE)
+    require_npu_emulation()
 
 
 @pytest.fixture(scope="module")

@@ -26,28 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import NPU_PYTHON, require_npu_emulation
 
 REPO = Path(__file__).resolve().parents[1]
-NPU_PYTHON = os.environ.get("ASCEND_SCAFFOLD_NPU_PYTHON")
-REQUIRED = os.environ.get("ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION", "").strip().lower() not in (
-    "",
-    "0",
-    "false",
-    "no",
-)
 PACKAGE_ENV = "ASCEND_SCAFFOLD_MUTATION_PACKAGE"
-UNAVAILABLE = (
-    "ASCEND_SCAFFOLD_NPU_PYTHON unset: no torch-npu emulation interpreter "
-    "(.ci/npu_emulation.sh creates one)"
-)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _needs_emulation():
-    if not NPU_PYTHON:
-        if REQUIRED:
-            pytest.fail(f"{UNAVAILABLE}; ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION=1 requires it")
-        pytest.skip(UNAVAILABLE)
+    require_npu_emulation()
 
 
 # --------------------------------------------------------------------------------------------
