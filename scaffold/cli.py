@@ -27,8 +27,11 @@ app = typer.Typer(
     help="Render Ascend NPU graph-mode-ready LLM model packages.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click messages: `Error: ...` lines, no boxes
 )
-new_app = typer.Typer(help="Create something new from a template.", no_args_is_help=True)
+new_app = typer.Typer(
+    help="Create something new from a template.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(new_app, name="new")
 
 
@@ -179,7 +182,9 @@ def _with_question_flags(func):
         flag = flag_of(question)
         decls = [f"{flag}/--no-{flag[2:]}"] if question.type == "bool" else [flag]
         option = typer.Option(None, *decls, help=question.help, show_default=False)
-        annotation = Optional[question.py_type]  # noqa: UP045
+        # Values arrive as text and are converted by Question.coerce, so a bad one gets the
+        # interview's one-line message, as from a data file or a prompt.
+        annotation = Optional[bool if question.type == "bool" else str]  # noqa: UP045
         params.append(
             inspect.Parameter(
                 question.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation

@@ -70,9 +70,11 @@ def test_unsafe_name_derived_from_a_checkpoint_directory(cli, tmp_path):
     ("flags", "message"),
     [
         (["--num-attention-heads", "0"], "num_attention_heads must be >= 1, got 0"),
+        (["--vocab-size", "abc"], "vocab_size must be int, got 'abc'"),
+        (["--vocab-size", "1.5"], "vocab_size must be int, got '1.5'"),
         (["--num-key-value-heads", "0"], "must be divisible by num_key_value_heads (0)"),
-        (["--rope-theta", "nan"], "rope_theta must be a finite number, got nan"),
-        (["--rope-theta", "inf"], "rope_theta must be a finite number, got inf"),
+        (["--rope-theta", "nan"], "rope_theta must be a finite number, got 'nan'"),
+        (["--rope-theta", "inf"], "rope_theta must be a finite number, got 'inf'"),
         (["--rms-norm-eps", "nan"], "rms_norm_eps must be a finite number"),
         (["--rms-norm-eps", "2"], "rms_norm_eps must be < 1.0"),
         (
