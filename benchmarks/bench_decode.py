@@ -1,12 +1,23 @@
-"""CPU decode latency: generated package (eager, compiled) vs transformers `generate`.
+"""CPU decode latency: generated package (eager, compiled) vs transformers, per batch size.
 
-    python benchmarks/bench_decode.py                     # ~58M-param llama, fp32, B=1
-    python benchmarks/bench_decode.py --portable-backend aot_eager --steps 32
+    python benchmarks/bench_decode.py                      # ~58M-param llama, fp32, B=1 and B=8
+    python benchmarks/bench_decode.py --quick              # smoke run: few steps
+    python benchmarks/bench_decode.py --batch 1 --portable-backend aot_eager --steps 32
+    python benchmarks/bench_decode.py --profile            # + torch.profiler of compiled decode
 
 One process, one set of random weights (saved as a HF checkpoint, loaded by both sides),
-greedy decoding. Prints the median per-token decode latency of each variant, the ratios
-to transformers `generate` (eager), and whether the greedy tokens are identical. Compare
-variants only as ratios from the same run: CPU noise between runs is 10-20%.
+greedy decoding. For every batch size it times, per decode token (median):
+
+- package eager, package compiled (the portable backend `graph.compile_decode` picks);
+- transformers `generate` (eager, dynamic cache);
+- transformers static cache + `torch.compile` of `forward` (compiled here, inductor);
+- the floor: only the `F.linear` calls of one decode step over the package's weights;
+
+and prints ratios (to the floor, compiled vs eager, vs transformers static+compile), a
+per-step breakdown of the package loop (host time building the step inputs vs time in
+the decode call), the nodes per layer of the captured decode graph (dynamo FX graph and
+the aten graph after AOT), and whether every variant's greedy tokens equal HF `generate`
+(fp32). Compare variants only as ratios from the same run: CPU noise between runs is 10-20%.
 Needs transformers and safetensors (test-only dependencies of the scaffold).
 """
 
@@ -21,9 +32,10 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
-from scaffold.interview import collect_answers
 from scaffold.hf_config import answers_from_hf_config
+from scaffold.interview import collect_answers
 from scaffold.render import render
 from scaffold.spec import validate
 
@@ -38,6 +50,10 @@ CONFIG = dict(
     head_dim=64,
     max_position_embeddings=512,
 )
+HF_EAGER = "transformers generate (eager)"
+HF_STATIC = "transformers static+compile"
+PKG_EAGER = "package eager"
+FLOOR = "floor (F.linear only)"
 
 
 def make_checkpoint(path: Path):
@@ -54,27 +70,113 @@ def load_package(ckpt: Path, dest: Path):
     given.update(model_name=NAME)  # rendered for the device (bf16); run here in fp32
     render(validate(collect_answers(given, defaults=True)), dest)
     sys.path.insert(0, str(dest / "src"))
-    return {m: importlib.import_module(f"{NAME}.{m}") for m in ("graph", "inference_config", "metadata")} | {
-        "ops": importlib.import_module(f"{NAME}.ops"),
-        "weights": importlib.import_module(f"{NAME}.weights"),
-    }
+    mods = ("graph", "inference_config", "metadata", "ops", "weights")
+    return {m: importlib.import_module(f"{NAME}.{m}") for m in mods}
+
+
+# --------------------------------------------------------------------------- package
 
 
 @torch.inference_mode()
 def package_generate(pkg, model, decode, prompt, steps):
-    """Greedy: eager prefill, then `steps` decode calls; per-step ms and the tokens."""
+    """Greedy: eager prefill, then `steps` decode calls.
+
+    Returns per-step total ms, the tokens, and the per-step split: host ms building the
+    step inputs (`metadata.decode_inputs`) and ms in the decode call.
+    """
     meta = pkg["metadata"]
     logits = model.prefill(**meta.prefill_inputs(prompt).as_kwargs())
-    tokens, times = [logits.argmax(-1)], []
+    tokens, times, host, call = [logits.argmax(-1)], [], [], []
     kv_len = [prompt.shape[1]] * prompt.shape[0]
     for _ in range(steps):
         start = time.perf_counter()
-        step = meta.decode_inputs(tokens[-1], kv_len, tensor_lengths=False)
-        logits = decode(**step.as_kwargs())
+        step = meta.decode_inputs(tokens[-1], kv_len, tensor_lengths=False).as_kwargs()
+        built = time.perf_counter()
+        logits = decode(**step)
+        called = time.perf_counter()
         tokens.append(logits.argmax(-1))
         times.append((time.perf_counter() - start) * 1e3)
+        host.append((built - start) * 1e3)
+        call.append((called - built) * 1e3)
         kv_len = [n + 1 for n in kv_len]
-    return times, torch.cat(tokens, dim=1)
+    return times, torch.cat(tokens, dim=1), {"host": host, "call": call}
+
+
+def count_decode_nodes(pkg, model, config, prompt):
+    """Nodes of the captured decode graph, as compile_decode captures it (same dynamic
+    setting): the dynamo FX graph and the aten graph after AOT (functionalised)."""
+    from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
+
+    counts: dict[str, int] = {}
+    compute = ("call_function", "call_method", "call_module")
+
+    def backend(gm, example_inputs):
+        counts["fx"] = sum(n.op in compute for n in gm.graph.nodes)
+
+        def fw(aten_gm, _inputs):
+            counts["aten"] = sum(n.op == "call_function" for n in aten_gm.graph.nodes)
+            counts["aten_copy"] = sum(
+                n.op == "call_function" and "copy" in str(n.target) for n in aten_gm.graph.nodes
+            )
+            counts["aten_scatter"] = sum(
+                n.op == "call_function" and "scatter" in str(n.target) for n in aten_gm.graph.nodes
+            )
+            return make_boxed_func(aten_gm.forward)
+
+        # as inductor does: the cache writes stay in the graph (copy_ back into a buffer)
+        return aot_module_simplified(
+            gm, example_inputs, fw_compiler=fw, keep_inference_input_mutations=True
+        )
+
+    kwargs_of = getattr(pkg["graph"], "portable_compile_kwargs", None)
+    dynamic = kwargs_of(config)["dynamic"] if kwargs_of else config.dynamic
+    decode = torch.compile(model.decode, backend=backend, fullgraph=True, dynamic=dynamic)
+    package_generate(pkg, model, decode, prompt, 2)
+    torch._dynamo.reset()
+    return counts
+
+
+PROFILE_ROWS = {
+    "TorchDynamo Cache Lookup": "dynamo guards",
+    "Pregraph bytecode": "dynamo input prologue",
+    "aten::mm": "aten::mm",
+    "fused_infer_attention": "attention op (total)",
+    "aten::scaled_dot_product_attention": "  of which SDPA",
+}
+
+
+@torch.inference_mode()
+def profile_decode(pkg, model, decode, prompt, steps, rows):
+    """torch.profiler over `steps` warm decode calls (inputs built beforehand); prints the
+    top ops and a per-step summary of the host-side pieces of the compiled call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    meta = pkg["metadata"]
+    model.prefill(**meta.prefill_inputs(prompt).as_kwargs())
+    batch, start = prompt.shape
+    tokens = prompt[:, -1:].contiguous()
+    inputs = [
+        meta.decode_inputs(tokens, [start + i] * batch, tensor_lengths=False).as_kwargs()
+        for i in range(steps)
+    ]
+    for kwargs in inputs:  # warm: the same inputs the profile sees
+        decode(**kwargs)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for kwargs in inputs:
+            decode(**kwargs)
+    averages = prof.key_averages()
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=rows))
+    total = sum(e.self_cpu_time_total for e in averages) / steps
+    print(f"  profiled decode step (B={batch}): {total / 1e3:.2f} ms CPU")
+    for key, label in PROFILE_ROWS.items():
+        events = [e for e in averages if key in e.key]
+        if events:
+            us = sum(e.cpu_time_total for e in events) / steps
+            calls = sum(e.count for e in events) / steps
+            print(f"    {label:<24} {us:>8.0f} us/step ({calls:.0f} calls/step)")
+
+
+# --------------------------------------------------------------------------- transformers
 
 
 class _StepClock:
@@ -105,60 +207,171 @@ def hf_generate(model, prompt, steps):
     )
     stamps = clock.stamps[1:]  # [0] is the prompt, [1] the prefill's token
     times = [(b - a) * 1e3 for a, b in zip(stamps, stamps[1:], strict=False)]
-    return times, out[:, prompt.shape[1] :]
+    return times, out[:, prompt.shape[1] :], None
+
+
+@torch.inference_mode()
+def hf_static_generate(model, forward, prompt, steps):
+    """Greedy over transformers' StaticCache: eager prefill, `forward` (compiled) decode.
+    transformers 5.x: the cache keyword is `cache=`; positions follow the cache's length."""
+    from transformers import StaticCache
+
+    cache = StaticCache(config=model.config, max_cache_len=prompt.shape[1] + steps + 8)
+    out = model(input_ids=prompt, cache=cache, use_cache=True, logits_to_keep=1)
+    tokens, times = [out.logits[:, -1:].argmax(-1)], []
+    for _ in range(steps):
+        start = time.perf_counter()
+        out = forward(input_ids=tokens[-1], cache=cache, use_cache=True)
+        tokens.append(out.logits[:, -1:].argmax(-1))
+        times.append((time.perf_counter() - start) * 1e3)
+    return times, torch.cat(tokens, dim=1), None
+
+
+# --------------------------------------------------------------------------- floor
+
+
+@torch.inference_mode()
+def linear_floor(model, batch, steps):
+    """Only the F.linear calls of one decode step, over the package's (fused) weights."""
+    weights = []
+    for layer in model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        weights += [
+            (attn.qkv_proj.weight, attn.qkv_proj.bias, attn.qkv_proj.in_features),
+            (attn.o_proj.weight, None, attn.o_proj.in_features),
+            (mlp.gate_up_proj.weight, None, mlp.gate_up_proj.in_features),
+            (mlp.down_proj.weight, None, mlp.down_proj.in_features),
+        ]
+    weights.append((model.lm_head.weight, None, model.lm_head.in_features))
+    inputs = {n: torch.randn(batch, 1, n) for n in {w[2] for w in weights}}
+    times = []
+    for _ in range(steps + 4):
+        start = time.perf_counter()
+        for weight, bias, n in weights:
+            F.linear(inputs[n], weight, bias)
+        times.append((time.perf_counter() - start) * 1e3)
+    return times[4:], None, None
+
+
+# --------------------------------------------------------------------------- main
+
+
+def bench_batch(args, pkg, hf, ckpt, batch):
+    torch.manual_seed(batch)
+    prompt = torch.randint(0, CONFIG["vocab_size"], (batch, args.prompt_len))
+    model = pkg["weights"].load_pretrained(
+        ckpt, pkg["ops"].load("portable"), dtype=torch.float32, batch_size=batch
+    )
+    config = pkg["inference_config"].ModelConfig(
+        exe_mode="npugraph_ex", fa_interface="torch_npu", enable_dynamic_graph=True
+    )
+    results, compile_s = {}, {}
+    torch._dynamo.reset()
+
+    results[FLOOR] = linear_floor(model, batch, args.steps)
+
+    package_generate(pkg, model, model.decode, prompt, 4)  # warm-up
+    results[PKG_EAGER] = package_generate(pkg, model, model.decode, prompt, args.steps)
+
+    decode = pkg["graph"].compile_decode(model, config, args.portable_backend)
+    start = time.perf_counter()
+    package_generate(pkg, model, decode, prompt, 3)  # compiles
+    compile_s["package"] = time.perf_counter() - start
+    graphs = pkg["graph"].graph_count()
+    pkg_compiled = f"package compiled ({args.portable_backend})"
+    results[pkg_compiled] = package_generate(pkg, model, decode, prompt, args.steps)
+    recompiles = pkg["graph"].graph_count() - graphs
+    if args.profile:
+        profile_decode(pkg, model, decode, prompt, min(args.steps, 12), args.profile_rows)
+
+    hf_generate(hf, prompt, 4)  # warm-up
+    results[HF_EAGER] = hf_generate(hf, prompt, args.steps)
+
+    if not args.skip_hf_compile:
+        forward = torch.compile(hf.forward, backend="inductor", fullgraph=True)
+        start = time.perf_counter()
+        hf_static_generate(hf, forward, prompt, 3)  # compiles
+        compile_s["transformers"] = time.perf_counter() - start
+        results[HF_STATIC] = hf_static_generate(hf, forward, prompt, args.steps)
+    torch._dynamo.reset()
+
+    nodes = count_decode_nodes(pkg, model, config, prompt)
+    return results, compile_s, recompiles, nodes, pkg_compiled
+
+
+def report(batch, results, compile_s, recompiles, nodes, pkg_compiled, layers):
+    med = {label: statistics.median(r[0]) for label, r in results.items()}
+    reference = results[HF_EAGER][1]
+    floor, eager, compiled = med[FLOOR], med[PKG_EAGER], med[pkg_compiled]
+    static = med.get(HF_STATIC)
+    print(f"\n== B={batch} ==")
+    print(f"{'variant':<34} {'ms/token':>9} {'/floor':>7} {'/HF eager':>10} tokens==HF")
+    ok = True
+    for label, (_, tokens, _) in results.items():
+        same = "-" if tokens is None else str(torch.equal(tokens, reference))
+        ok &= same != "False"
+        print(
+            f"{label:<34} {med[label]:>9.2f} {med[label] / floor:>6.2f}x "
+            f"{med[label] / med[HF_EAGER]:>9.2f}x {same}"
+        )
+    line = f"compiled/eager {compiled / eager:.2f}x, compiled/floor {compiled / floor:.2f}x"
+    if static is not None:
+        line += f", compiled/HF static+compile {compiled / static:.2f}x"
+    print(line)
+    for label in (PKG_EAGER, pkg_compiled):
+        split = results[label][2]
+        host, call = statistics.median(split["host"]), statistics.median(split["call"])
+        print(
+            f"  {label}: host step inputs {host * 1e3:.0f} us/step, decode call {call:.2f} ms, "
+            f"rest (argmax, loop) {med[label] - host - call:.2f} ms"
+        )
+    print(
+        f"  decode graph: {nodes.get('fx', 0) / layers:.1f} FX nodes/layer "
+        f"({nodes.get('fx')} total), {nodes.get('aten', 0) / layers:.1f} aten nodes/layer "
+        f"({nodes.get('aten')} total: {nodes.get('aten_copy')} copy, {nodes.get('aten_scatter')} "
+        f"scatter); "
+        f"recompiles after warm-up: {recompiles}"
+    )
+    print(
+        "  cold compile (incl. 3 steps): "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in compile_s.items())
+    )
+    return ok and recompiles == 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=64, help="decode steps timed")
+    parser.add_argument("--steps", type=int, default=48, help="decode steps timed")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 8 steps")
     parser.add_argument("--prompt-len", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--batch", default="1,8", help="comma-separated batch sizes")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
         "--portable-backend", default="inductor", choices=("inductor", "aot_eager", "eager")
     )
+    parser.add_argument("--skip-hf-compile", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="torch.profiler table")
+    parser.add_argument("--profile-rows", type=int, default=25)
     args = parser.parse_args(argv)
+    if args.quick:
+        args.steps = min(args.steps, 8)
+    batches = [int(b) for b in args.batch.split(",")]
     torch.set_num_threads(args.threads)
+    ok = True
     with tempfile.TemporaryDirectory(prefix="bench-decode-") as tmp:
         ckpt = Path(tmp) / "ckpt"
         hf = make_checkpoint(ckpt)
         pkg = load_package(ckpt, Path(tmp) / "pkg")
         params = sum(p.numel() for p in hf.parameters())
         print(
-            f"llama {params / 1e6:.1f}M params, fp32, B={args.batch}, prompt {args.prompt_len}, "
+            f"llama {params / 1e6:.1f}M params, fp32, B={batches}, prompt {args.prompt_len}, "
             f"{args.steps} decode steps, {torch.get_num_threads()} threads, torch "
             f"{torch.__version__}"
         )
-        prompt = torch.randint(0, CONFIG["vocab_size"], (args.batch, args.prompt_len))
-        model = pkg["weights"].load_pretrained(
-            ckpt, pkg["ops"].load("portable"), dtype=torch.float32, batch_size=args.batch
-        )
-        config = pkg["inference_config"].ModelConfig(
-            exe_mode="npugraph_ex", fa_interface="torch_npu", enable_dynamic_graph=True
-        )
-        results = {}
-        package_generate(pkg, model, model.decode, prompt, 4)  # warm-up
-        results["package eager"] = package_generate(pkg, model, model.decode, prompt, args.steps)
-
-        decode = pkg["graph"].compile_decode(model, config, args.portable_backend)
-        start = time.perf_counter()
-        package_generate(pkg, model, decode, prompt, 2)  # compiles
-        compile_s = time.perf_counter() - start
-        label = f"package compiled ({args.portable_backend})"
-        results[label] = package_generate(pkg, model, decode, prompt, args.steps)
-
-        hf_generate(hf, prompt, 4)  # warm-up
-        results["transformers generate (eager)"] = hf_generate(hf, prompt, args.steps)
-
-    base = statistics.median(results["transformers generate (eager)"][0])
-    reference = results["transformers generate (eager)"][1]
-    print(f"compile (cold, incl. 2 steps): {compile_s:.1f} s")
-    print(f"{'variant':<34} {'median ms/token':>16} {'vs HF generate':>15} tokens==HF")
-    for label, (times, tokens) in results.items():
-        median = statistics.median(times)
-        same = torch.equal(tokens, reference)
-        print(f"{label:<34} {median:>16.2f} {median / base:>14.2f}x {same}")
-    return 0 if all(torch.equal(t, reference) for _, t in results.values()) else 1
+        for batch in batches:
+            out = bench_batch(args, pkg, hf, ckpt, batch)
+            ok &= report(batch, *out, CONFIG["num_hidden_layers"])
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -22,6 +22,10 @@ log = logging.getLogger(__name__)
 
 PORTABLE_BACKENDS = ("aot_eager", "inductor", "eager")
 
+# Inductor's runtime checks of each fallback kernel's output (size/stride, alignment):
+# per-call host work in the generated wrapper, not maths; the CPU stand-in skips them.
+PORTABLE_INDUCTOR_OPTIONS = {"size_asserts": False, "alignment_asserts": False}
+
 # npugraph_ex options for LLM decode: the option keys torch_npu's npugraph_ex config accepts
 # (torch_npu/dynamo/npugraph_ex/), with frozen_parameter as cann-recipes-infer's model runners set.
 NPUGRAPH_EX_OPTIONS = {
@@ -53,12 +57,24 @@ def compile_decode(
             config.exe_mode,
         )
         return torch.compile(  # graph-ok: npu-backend (CPU stand-in, never used on an NPU)
-            model.decode, backend=portable_backend, fullgraph=True, dynamic=config.dynamic
+            model.decode,
+            backend=portable_backend,
+            fullgraph=True,
+            **portable_compile_kwargs(config, portable_backend),
         )
     cache_dir = str(Path(config.output_path or "output") / "compile_cache")
     if config.exe_mode == "npugraph_ex":
         return _compile_npugraph_ex(model, config, cache_dir)
     return _compile_ge(model, config, cache_dir)
+
+
+def portable_compile_kwargs(config: ModelConfig, portable_backend: str = "inductor") -> dict:
+    """`dynamic` (the exe_mode's: host-list lengths stay SymInts, one graph for every step)
+    and, for inductor, its options; what `compile_decode` passes on a host without an NPU."""
+    kwargs: dict = {"dynamic": config.dynamic}
+    if portable_backend == "inductor":
+        kwargs["options"] = dict(PORTABLE_INDUCTOR_OPTIONS)
+    return kwargs
 
 
 def _compile_npugraph_ex(model: Transformer, config: ModelConfig, cache_dir: str) -> Callable:

@@ -29,24 +29,58 @@ def apply_rotary(q, k, cos, sin):
 
 
 def scatter_update_(cache: torch.Tensor, kv_len: torch.Tensor, update: torch.Tensor) -> None:
-    """cache[b, :, kv_len[b], :] = update[b, :, 0, :], in place (scatter_update_ on axis -2)."""
-    index = kv_len.view(-1, 1, 1, 1).expand(-1, update.shape[1], 1, update.shape[3])
-    cache.scatter_(2, index, update)
+    """cache[b, :, kv_len[b], :] = update[b, :, 0, :], in place (scatter_update_ on axis -2).
+
+    An index_put_, not a scatter_: under torch.compile the functionalised scatter_ on a
+    buffer that the opaque attention op then reads makes inductor materialise a copy of the
+    whole cache (and copy it back) in every layer of every step; index_put_ is written in
+    place into the cache buffer.
+    """
+    rows = torch.arange(cache.shape[0], device=cache.device)
+    cache[rows, :, kv_len] = update[:, :, 0]
 
 
-def _reference_attention(query, key, value, lengths_kv, scale, causal):
-    """BNSD attention over the first lengths_kv[b] keys of row b (GQA by broadcasting)."""
+_positions: dict[torch.device, torch.Tensor] = {}
+
+
+def _arange(n: int, device: torch.device) -> torch.Tensor:
+    """positions 0..n-1 from one preallocated arange per device (grown when needed)."""
+    cached = _positions.get(device)
+    if cached is None or cached.numel() < n:
+        cached = _positions[device] = torch.arange(max(n, 4096), device=device)
+    return cached[:n]
+
+
+def _reference_attention(query, key, value, lengths_kv: Lengths, scale, causal):
+    """BNSD attention over the first lengths_kv[b] keys of row b.
+
+    Non-causal (decode) attention reads only the first max(lengths_kv) cached keys, and
+    masks only when rows differ in length (the mask comes from a preallocated arange).
+    With one query token per row, GQA needs no K/V repeat: each KV head's query heads are
+    stacked on the query axis, (B, N, 1, D) -> (B, N_kv, N / N_kv, D).
+    """
     if causal:
         return F.scaled_dot_product_attention(
             query, key, value, is_causal=True, scale=scale, enable_gqa=True
         )
-    used = int(max(lengths_kv))
-    key, value = key[:, :, :used], value[:, :, :used]
-    positions = torch.arange(used, device=query.device)
-    mask = positions < torch.as_tensor(lengths_kv, device=query.device).view(-1, 1, 1, 1)
-    return F.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask, scale=scale, enable_gqa=True
-    )
+    if isinstance(lengths_kv, torch.Tensor):
+        shortest, longest = (int(n) for n in torch.aminmax(lengths_kv))
+    else:
+        shortest, longest = min(lengths_kv), max(lengths_kv)
+    key, value = key.narrow(2, 0, longest), value.narrow(2, 0, longest)
+    bsz, num_heads, q_len, head_dim = query.shape
+    mask = None
+    if shortest != longest or q_len != 1:
+        lengths = torch.as_tensor(lengths_kv, device=query.device).view(-1, 1, 1, 1)
+        mask = _arange(longest, query.device) < lengths
+    if q_len != 1:
+        return F.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, scale=scale, enable_gqa=True
+        )
+    num_kv_heads = key.shape[1]
+    grouped = query.reshape(bsz, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=mask, scale=scale)
+    return out.view(bsz, num_heads, 1, head_dim)
 
 
 @torch.library.custom_op(
@@ -78,7 +112,7 @@ def fused_infer_attention_t(
     scale: float,
     causal: bool,
 ) -> torch.Tensor:
-    return _reference_attention(query, key, value, actual_seq_lengths_kv.tolist(), scale, causal)
+    return _reference_attention(query, key, value, actual_seq_lengths_kv, scale, causal)
 
 
 @fused_infer_attention.register_fake
