@@ -19,8 +19,8 @@ from .interview import collect_answers, flag_of
 from .npu_emulate_cmd import npu_emulate
 from .questions import Question, asked_questions, user_owned_files
 from .render import check_destination
-from .template import is_git_template, template_root
-from .template_source import TEMPLATE_URL_ENV, dirty_template_files, repository_url
+from .template import template_root
+from .template_source import render_warnings
 from .update_cmd import check_update, update
 
 app = typer.Typer(
@@ -121,7 +121,6 @@ def new_model(
     from .summary import design_summary
 
     prompter = _Prompter()
-    dirty = dirty_template_files(template_root())
     try:
         given = _read_data_file(data_file)
         given.update({name: value for name, value in flags.items() if value is not None})
@@ -153,21 +152,8 @@ def new_model(
             f"  {len(placement.replaced)} changed file(s) replaced; the old copies are in "
             f"{placement.backup}"
         )
-    if not is_git_template(template_root()) and repository_url() is None:
-        typer.echo(
-            f"warning: this installation knows no template repository, so `update` cannot "
-            f"find this package's template: set {TEMPLATE_URL_ENV} to its git URL and render "
-            "again",
-            err=True,
-        )
-    if dirty:
-        listed = ", ".join(dirty[:3]) + (", ..." if len(dirty) > 3 else "")
-        typer.echo(
-            f"warning: rendered from uncommitted template changes ({listed}); the recorded "
-            "_commit does not hold them, so `update` would take them for your edits: commit "
-            "the template and render again before you ship this package",
-            err=True,
-        )
+    for warning in render_warnings(template_root()):
+        typer.echo(f"warning: {warning}", err=True)
     quoted = shlex.quote(str(shown))
     typer.echo(
         f"next: pip install -e {shlex.quote(str(shown) + '[test]')} && pytest {quoted}/tests"

@@ -143,3 +143,23 @@ def dirty_template_files(root: Path) -> list[str]:
             next(items, None)  # the rename's source path
         found.add(item[3:])
     return sorted(found)
+
+
+def render_warnings(root: Path) -> list[str]:
+    """What a render from the template at `root` leaves `update` unable to do: changes the
+    recorded `_commit` does not hold, or no repository to record at all."""
+    found = []
+    if not is_git_template(root) and repository_url() is None:
+        found.append(
+            "this installation knows no template repository, so `update` cannot find this "
+            f"package's template: set {TEMPLATE_URL_ENV} to its git URL and render again"
+        )
+    dirty = dirty_template_files(root)
+    if dirty:
+        listed = ", ".join(dirty[:3]) + (", ..." if len(dirty) > 3 else "")
+        found.append(
+            f"rendered from uncommitted template changes ({listed}); the recorded _commit "
+            "does not hold them, so `update` would take them for your edits: commit the "
+            "template and render again before you ship this package"
+        )
+    return found
