@@ -37,6 +37,7 @@ from .inference_config import (
 )
 from .metadata import decode_inputs, prefill_inputs
 from .modeling import Transformer
+from .sampling import TokenSampler
 from .tokenizer import prompt_ids
 from .weights import load_pretrained, model_args_from_hf
 
@@ -102,7 +103,8 @@ def run(
     portable_backend: str = "aot_eager",
     prompt: torch.Tensor | None = None,
 ) -> RunReport:
-    """Greedy generation: one warm-up pass (compiles decode), then a timed pass.
+    """Generation (greedy, or sampled on the host as data_config asks): one warm-up pass
+    (compiles decode), then a timed pass.
 
     Prefill writes KV-cache positions [0, prompt_len), decode step i position prompt_len + i
     (the warm-up pass writes the same positions again), so prompt_len + steps must be
@@ -123,15 +125,16 @@ def run(
     decode = compile_decode(model, config.model_config, portable_backend)
 
     def generate(n_steps: int, timings: list[float] | None = None):
+        choose = TokenSampler.from_config(config.data_config)  # the same seed every pass
         logits = model.prefill(**prefill_inputs(prompt, max_seq_len).as_kwargs())
-        tokens = [logits.argmax(-1)]
+        tokens = [choose(logits)]
         kv_len = [prompt_len] * batch
         for _ in range(n_steps):
             step = decode_inputs(tokens[-1], kv_len, tensor_lengths, max_seq_len)
             logits, ms = _timed(lambda s=step: decode(**s.as_kwargs()), device)
             if timings is not None:
                 timings.append(ms)
-            tokens.append(logits.argmax(-1))
+            tokens.append(choose(logits))
             kv_len = [n + 1 for n in kv_len]
         return torch.cat(tokens, dim=1)
 
