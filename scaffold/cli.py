@@ -132,7 +132,7 @@ def new_model(
         start = time.perf_counter()
         check_destination(target, force)
         with scratch_render(spec, target) as out:
-            placement = plan_placement(out, target, force, user_owned_files(spec.answers()))
+            placement = plan_placement(out, target, user_owned_files(spec.answers()))
             typer.echo(design_summary(spec, placement))
             if prompter.asked and not yes and not typer.confirm("write these files?", True):
                 raise typer.Abort()

@@ -178,15 +178,13 @@ def _overlay(base: Any, table: dict[str, Any], where: str) -> Any:
 
 def _copier_table() -> dict[str, Any] | None:
     try:
-        import yaml
-
-        from .template import template_root
-    except ImportError:
+        from .questions import copier_config  # parsed once, shared with the interview
+    except ImportError:  # no PyYAML/Jinja where the emulation runs: the docs' defaults
         return None
-    path = template_root() / "copier.yml"
-    if not path.is_file():
+    try:
+        entry = copier_config().get("device_limits") or {}
+    except FileNotFoundError:
         return None
-    entry = yaml.safe_load(path.read_text()).get("device_limits") or {}
     return entry.get("default") if isinstance(entry, dict) else None
 
 

@@ -120,9 +120,9 @@ def _refuse_links(dest: Path, relative: str) -> None:
             raise UserError(f"{shown} exists and is not a regular file; refusing to replace it")
 
 
-def plan_placement(source: Path, dest: Path, force: bool, user_owned: list[str]) -> Placement:
-    """Decide, before anything is written, what placing `source` into `dest` does."""
-    check_destination(dest, force)
+def plan_placement(source: Path, dest: Path, user_owned: list[str]) -> Placement:
+    """Decide, before anything is written, what placing `source` into `dest` does (the
+    caller has passed `dest` through `check_destination` before rendering)."""
     placement = Placement(dest=dest, source=source)
     rendered = sorted(p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file())
     for relative in rendered:
@@ -220,6 +220,6 @@ def render(spec: ModelSpec, dest: Path, force: bool = False) -> list[Path]:
     dest = dest.absolute()
     check_destination(dest, force)
     with scratch_render(spec, dest) as out:
-        placement = plan_placement(out, dest, force, user_owned_files(spec.answers()))
+        placement = plan_placement(out, dest, user_owned_files(spec.answers()))
         place(placement)
     return [Path(p) for p in placement.files]

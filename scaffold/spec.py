@@ -7,7 +7,6 @@ of them is given (and ask again), while `validate` checks every rule, in order, 
 from __future__ import annotations
 
 import keyword
-import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -17,8 +16,6 @@ from .errors import UserError
 from .questions import asked_questions, load_questions, question, with_computed
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-MAX_NAME_LEN = 64
 # sys.stdlib_module_names leaves out the standard library's own `test` package.
 _STDLIB = frozenset(sys.stdlib_module_names) | {"test"}
 # Distributions a generated package imports, tests with or sits beside: a package of the
@@ -132,11 +129,8 @@ class Rule:
 
 
 def name_problem(name: str) -> str | None:
-    """Why `name` cannot be the generated package's import name, or None."""
-    if not _NAME.match(name):
-        return f"model_name must match ^[a-z][a-z0-9_]*$ (a Python package name), got {name!r}"
-    if len(name) > MAX_NAME_LEN:
-        return f"model_name must be at most {MAX_NAME_LEN} characters, got {len(name)}"
+    """Why `name`, already a valid identifier (copier.yml's validator), would shadow
+    something or fail to import as the generated package's name; None when it is safe."""
     if keyword.iskeyword(name):
         return f"model_name {name!r} is a Python keyword: the package could not be imported"
     if name in _STDLIB:

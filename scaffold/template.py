@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
+# A template source copier reads as a remote (a URL or git's scp form), not a local path.
+URL = re.compile(r"^([a-z][a-z0-9+.-]*://|git@|gh:|gl:)", re.IGNORECASE)
 
 
 def template_root() -> Path:

@@ -28,13 +28,12 @@ import yaml
 import scaffold
 
 from .errors import UserError
-from .template import is_git_template, template_root
+from .template import URL, is_git_template, template_root
 
 TEMPLATE_URL_ENV = "ASCEND_SCAFFOLD_TEMPLATE_URL"
 DISTRIBUTION = "ascend-scaffold"
 TEMPLATE_PATHS = ("copier.yml", "templates")  # what copier renders from
 _URL_LABELS = ("repository", "source", "sourcecode")  # Project-URL labels, in preference order
-_URL = re.compile(r"^([a-z][a-z0-9+.-]*://|git@|gh:|gl:)", re.IGNORECASE)  # as in update.py
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -51,7 +50,7 @@ def repository_url() -> str | None:
     "Source"), else None."""
     env = os.environ.get(TEMPLATE_URL_ENV, "").strip()
     if env:  # a local path is recorded absolute: copier needs that
-        return env if _URL.match(env) else str(Path(env).expanduser().resolve())
+        return env if URL.match(env) else str(Path(env).expanduser().resolve())
     try:
         urls = metadata.metadata(DISTRIBUTION).get_all("Project-URL") or []
     except metadata.PackageNotFoundError:

@@ -13,7 +13,8 @@ import yaml
 
 from ..errors import UserError
 from ..questions import Question, parse_questions
-from .package import URL, Package, git
+from ..template import URL
+from .package import Package, git
 
 
 @dataclass(frozen=True)

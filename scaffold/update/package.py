@@ -11,12 +11,12 @@ from typing import Any
 import yaml
 
 from ..errors import UserError
+from ..template import URL
 
 ANSWERS_FILE = ".copier-answers.yml"
 CONFLICT_MARKERS = (b"<<<<<<< before updating", b">>>>>>> after updating")
 UNMERGED = {"DD", "AU", "UD", "UA", "DU", "AA", "UU"}
 DESCRIBE = re.compile(r"^(?P<base>.+)-(?P<count>\d+)-g(?P<hash>[0-9a-f]+)$")
-URL = re.compile(r"^([a-z][a-z0-9+.-]*://|git@|gh:|gl:)", re.IGNORECASE)
 HEX = re.compile(r"^[0-9a-f]{7,40}$")
 NO_SHA = "0" * 40
 
