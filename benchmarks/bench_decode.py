@@ -65,13 +65,13 @@ def make_checkpoint(path: Path):
     return model
 
 
-def load_package(ckpt: Path, dest: Path):
+def load_package(ckpt: Path, dest: Path, name: str = NAME):
     given = answers_from_hf_config(ckpt)
-    given.update(model_name=NAME)  # rendered for the device (bf16); run here in fp32
+    given.update(model_name=name)  # rendered for the device (bf16); run here in fp32
     render(validate(collect_answers(given, defaults=True)), dest)
     sys.path.insert(0, str(dest / "src"))
     mods = ("graph", "inference_config", "metadata", "ops", "weights")
-    return {m: importlib.import_module(f"{NAME}.{m}") for m in mods}
+    return {m: importlib.import_module(f"{name}.{m}") for m in mods}
 
 
 # --------------------------------------------------------------------------- package

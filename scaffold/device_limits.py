@@ -121,11 +121,122 @@ class ScatterUpdateLimits:
 
 
 @dataclass(frozen=True)
+class MoeLimits:
+    """What the MoE chain as a whole takes (copier.yml's ``moe``: the render-time checks read it):
+    npu_moe_gating_top_k_softmax, npu_moe_init_routing_v2, npu_grouped_matmul, npu_swiglu,
+    npu_moe_finalize_routing. Each op's own enums are in the per-op limits below."""
+
+    # npu_grouped_matmul, group_type 0 with one 3-D weight (单单单): "group_list第1维最大支持1024,
+    # 即最多支持1024个group" (E groups); npu_moe_init_routing_v2 alone takes expert_num <= 10240
+    max_experts: int = 1_024
+    # npu_moe_gating_top_k_softmax (k): "大小为0<k<=x的-1轴大小, k<=1024"
+    max_top_k: int = 1_024
+    # npu_grouped_matmul 约束说明: "内轴限制InnerLimit为65536. x和weight中每一组tensor的最后一维大小
+    # 都应小于InnerLimit" (strictly less: hidden size and 2 * moe_intermediate_size)
+    inner_limit: int = 65_536
+    # The package dtypes the chain is rendered for (copier.yml's value). Every op's docs also take
+    # float32 (the CPU kernels check each op's own dtypes below, so a float32 run passes).
+    dtypes: tuple[str, ...] = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class MoeGatingLimits:
+    """torch_npu.npu_moe_gating_top_k_softmax (k: MoeLimits.max_top_k)."""
+
+    # docs (x): "数据类型支持float16、bfloat16、float32"
+    dtypes: tuple[str, ...] = ("float16", "bfloat16", "float32")
+    # docs (x): "要求是一个2D/3D的Tensor"
+    min_rank: int = 2
+    max_rank: int = 3
+
+
+@dataclass(frozen=True)
+class MoeInitRoutingLimits:
+    """torch_npu.npu_moe_init_routing_v2 (CANN MoeInitRoutingV3)."""
+
+    # docs (x): "数据类型支持float16、bfloat16、float32、int8"
+    dtypes: tuple[str, ...] = ("float16", "bfloat16", "float32", "int8")
+    # docs (expert_idx): "要求是2D的Tensor ... 数据类型支持int32"
+    index_dtypes: tuple[str, ...] = ("int32",)
+    # docs (expert_num): "expert_tokens_num_type为key_value模式时，取值范围为(0, 5120]；其他模式取值
+    # 范围为(0, 10240]"
+    max_experts: int = 10_240
+    max_experts_key_value: int = 5_120
+    # docs (drop_pad_mode): "取值为0和1 ... 当前仅支持0"
+    drop_pad_modes: tuple[int, ...] = (0,)
+    # docs (expert_tokens_num_type): "取值为0、1和2 ... 当前仅支持1和2"
+    expert_tokens_num_types: tuple[int, ...] = (1, 2)
+    # docs (expert_tokens_num_flag): "默认False表示不输出。当前仅支持True"
+    expert_tokens_num_flag_required: bool = True
+    # docs (quant_mode): "支持取值为0、1、-1 ... 当前仅支持-1和1"
+    quant_modes: tuple[int, ...] = (-1, 1)
+    # docs (row_idx_type): "支持取值0和1 ... 0表示gather类型的索引；1表示scatter类型的索引"
+    row_idx_types: tuple[int, ...] = (0, 1)
+    # CANN aclnnMoeInitRoutingV3 约束说明: "activeNum 当前未使用，校验需等于NUM_ROWS*K" (its tiling:
+    # -1 or NUM_ROWS*K); the wheel's docs: "-1和0均表示按全部tokens处理"
+    active_num_is_rows_k: bool = True
+
+
+@dataclass(frozen=True)
+class GroupedMatmulLimits:
+    """torch_npu.npu_grouped_matmul, unquantised, group_list a Tensor (groups and inner dims:
+    MoeLimits)."""
+
+    # docs 表1 非量化: "x: torch.float16, torch.bfloat16, torch.float32", weight the same
+    dtypes: tuple[str, ...] = ("float16", "bfloat16", "float32")
+    # docs (group_list): "数据类型支持torch.int64"
+    group_list_dtypes: tuple[str, ...] = ("int64",)
+    # docs (group_type, A2): "当前支持取-1、0"
+    group_types: tuple[int, ...] = (-1, 0)
+    # docs (group_list_type): "可取值0或1, 0代表...cumsum结果(累积和), 1代表...每组大小"
+    group_list_types: tuple[int, ...] = (0, 1)
+    # docs, 场景限制 group_type 0: "仅支持split_item为2或3"
+    split_items: tuple[int, ...] = (2, 3)
+    # docs (x, weight): "列表最大长度为128"
+    max_list_len: int = 128
+    # docs: "仅per-token量化场景支持激活函数计算" (unquantised: act_type 0)
+    act_types: tuple[int, ...] = (0,)
+
+
+@dataclass(frozen=True)
+class SwigluLimits:
+    """torch_npu.npu_swiglu."""
+
+    # docs: "dtype支持FP32、FP16或BF16类型"
+    dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
+    # docs: "shape支持1-8维"
+    min_rank: int = 1
+    max_rank: int = 8
+
+
+@dataclass(frozen=True)
+class MoeFinalizeRoutingLimits:
+    """torch_npu.npu_moe_finalize_routing (CANN MoeFinalizeRoutingV2 unless skip1, bias, scales and
+    export_for_source_row are all given with drop_pad_mode 0)."""
+
+    # docs (expanded_permuted_rows): "数据类型支持float16、bfloat16、float32"; skip1/skip2/bias/
+    # scales: "数据类型要求与expanded_permuted_rows一致"
+    dtypes: tuple[str, ...] = ("float16", "bfloat16", "float32")
+    # docs (expanded_src_to_dst_row, export_for_source_row): "数据类型支持int32"
+    index_dtypes: tuple[str, ...] = ("int32",)
+    # docs: "drop_pad_mode ... 取值范围为0" (the V1 text); MoeFinalizeRoutingV2, which torch-npu
+    # calls (and its meta reads), takes "range [0,3]": 0 / 2 dropless with expanded_row_idx in
+    # column (k * NUM_ROWS + i) / row (i * K + k) order; 1 / 3 drop-pad (3-D rows)
+    drop_pad_modes: tuple[int, ...] = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True)
 class DeviceLimits:
     attention: AttentionLimits = AttentionLimits()
     rotary: RotaryLimits = RotaryLimits()
     rms_norm: RmsNormLimits = RmsNormLimits()
     scatter_update: ScatterUpdateLimits = ScatterUpdateLimits()
+    moe: MoeLimits = MoeLimits()
+    moe_gating: MoeGatingLimits = MoeGatingLimits()
+    moe_init_routing: MoeInitRoutingLimits = MoeInitRoutingLimits()
+    grouped_matmul: GroupedMatmulLimits = GroupedMatmulLimits()
+    swiglu: SwigluLimits = SwigluLimits()
+    moe_finalize_routing: MoeFinalizeRoutingLimits = MoeFinalizeRoutingLimits()
 
 
 # The docs' own values per platform, before copier.yml's table is laid over them.
@@ -157,6 +268,19 @@ DOC_NOTES = (
     "npu_apply_rotary_pos_emb on Atlas 350: rotary_mode half/interleave need D % 2 == 0, "
     "quarter D % 4 == 0; cos/sin B may be 1.",
     "npu_rms_norm: gamma 'shape支持2-8维, 通常为self的最后一维' (the example passes 1-D gamma).",
+    "MoE ops: the wheel's 支持的型号 lists Atlas A2 only for npu_moe_gating_top_k_softmax, "
+    "npu_swiglu, npu_grouped_matmul and npu_moe_finalize_routing (A2/A3 for "
+    "npu_moe_init_routing_v2); their A3 and 950 limits are A2's. torchair warns that "
+    "npu_moe_gating_top_k_softmax 'will no longer be supported on Ascend950' (use _v2).",
+    "npu_moe_finalize_routing: the wheel's docs say drop_pad_mode '取值范围为0' and "
+    "'skip2参数为None时, skip1参数必须也为None'; MoeFinalizeRoutingV2 (called by op-plugin and "
+    "torchair) takes 0-3 and refuses skip2 without skip1 (the reverse): skip1 alone is accepted.",
+    "npu_moe_init_routing_v2 + npu_moe_finalize_routing: row_idx_type 0 gives "
+    "expanded_row_idx[t*K + k] = the row of (t, k) in expanded_x (token-major), which "
+    "finalize reads with drop_pad_mode=2; drop_pad_mode=0 reads index k*NUM_ROWS + t (the v1 "
+    "npu_moe_init_routing layout).",
+    "npu_grouped_matmul: group_list_type=1 'group_list必须为非负数列, 且长度不能为1' (one expert "
+    "is refused).",
 )
 
 

@@ -36,6 +36,7 @@ MAX_MEMORY_BYTES = 2**40  # weights + KV cache on the one device this package ru
 @dataclass(frozen=True)
 class ModelSpec:
     model_name: str
+    family: str
     vocab_size: int
     hidden_size: int
     num_hidden_layers: int
@@ -43,6 +44,14 @@ class ModelSpec:
     num_key_value_heads: int
     head_dim: int
     intermediate_size: int
+    num_experts: int
+    num_experts_per_tok: int
+    moe_intermediate_size: int
+    norm_topk_prob: bool
+    decoder_sparse_step: int
+    mlp_only_layers: str
+    shared_expert_intermediate_size: int
+    shared_expert_gate: bool
     rope_theta: float
     rope_scaling: str
     rope_scaling_factor: float
@@ -93,8 +102,22 @@ class ModelSpec:
         return asdict(self)
 
 
+def moe_layers(a: Mapping[str, Any]) -> tuple[int, ...]:
+    """The MoE layers of family moe answers (none for dense): the template's own rule."""
+    if a["family"] != "moe":
+        return ()
+    from .hf_config import reader  # the template's stdlib module (it imports this one)
+
+    only = reader.parse_layer_list(a["mlp_only_layers"])
+    return reader.moe_layer_indices(a["num_hidden_layers"], a["decoder_sparse_step"], only)
+
+
+def _swiglu(hidden: int, intermediate: int) -> int:
+    return 3 * hidden * intermediate
+
+
 def parameter_count(a: Mapping[str, Any]) -> int:
-    """Weights of the dense GQA decoder these answers describe."""
+    """Weights of the GQA decoder (dense or MoE) these answers describe."""
     hidden, head_dim = a["hidden_size"], a["head_dim"]
     q, kv = a["num_attention_heads"] * head_dim, a["num_key_value_heads"] * head_dim
     attention = hidden * (q + 2 * kv) + q * hidden
@@ -102,9 +125,18 @@ def parameter_count(a: Mapping[str, Any]) -> int:
         attention += q + 2 * kv
     if a["qk_norm"]:
         attention += 2 * head_dim
-    layer = attention + 3 * hidden * a["intermediate_size"] + 2 * hidden
+    dense = _swiglu(hidden, a["intermediate_size"])
+    moe = dense
+    n_moe = len(moe_layers(a))
+    if n_moe:
+        moe = a["num_experts"] * (_swiglu(hidden, a["moe_intermediate_size"]) + hidden)
+        shared = a["shared_expert_intermediate_size"]
+        if shared:
+            moe += _swiglu(hidden, shared) + (hidden if a["shared_expert_gate"] else 0)
+    layers = a["num_hidden_layers"]
+    blocks = layers * (attention + 2 * hidden) + (layers - n_moe) * dense + n_moe * moe
     embeddings = a["vocab_size"] * hidden * (1 if a["tie_word_embeddings"] else 2)
-    return a["num_hidden_layers"] * layer + embeddings + hidden
+    return blocks + embeddings + hidden
 
 
 def kv_cache_bytes(a: Mapping[str, Any]) -> int:
@@ -155,15 +187,32 @@ def _memory(a: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _moe_layers_problem(a: Mapping[str, Any]) -> str | None:
+    if a["family"] == "moe" and not moe_layers(a):
+        return (
+            f"no layer is MoE (decoder_sparse_step {a['decoder_sparse_step']}, mlp_only_layers "
+            f"'{a['mlp_only_layers']}'): choose family dense for a model without experts"
+        )
+    return None
+
+
+_MOE_FIELDS = (
+    "family", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "decoder_sparse_step", "mlp_only_layers", "shared_expert_intermediate_size",
+    "shared_expert_gate",
+)  # fmt: skip
 _MEMORY_FIELDS = (
+    *_MOE_FIELDS,
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
     "num_key_value_heads", "head_dim", "intermediate_size", "attention_bias", "qk_norm",
     "tie_word_embeddings", "max_seq_len", "dtype", "batch_size",
 )  # fmt: skip
 RULES = (
     Rule(("model_name",), lambda a: name_problem(a["model_name"])),
+    Rule(("family", "num_hidden_layers", "decoder_sparse_step", "mlp_only_layers"),
+         _moe_layers_problem),
     Rule(_MEMORY_FIELDS, _memory),
-)
+)  # fmt: skip
 
 
 def check_answered(answers: Mapping[str, Any], name: str) -> None:

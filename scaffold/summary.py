@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .render import BACKUP_DIR, Placement
-from .spec import ModelSpec, gib
+from .spec import ModelSpec, gib, moe_layers
 
 _MODES = {
     "eager": "prefill and decode eager; nothing is compiled",
@@ -20,11 +20,43 @@ def npu_ops(spec: ModelSpec) -> list[str]:
         if spec.computed["fused_rotary"]
         else f"rotary in plain torch (the fused op does not take head_dim {spec.head_dim})"
     )
-    return [
+    ops = [
         f"{attention}.npu_fused_infer_attention_score",
         "torch_npu.npu_rms_norm",
         rotary,
         "torch_npu.scatter_update_",
+    ]
+    if spec.family == "moe":
+        ops += [f"torch_npu.{op}" for op in MOE_OPS]
+    return ops
+
+
+# The fused MoE chain of ops/npu.py (cann-recipes-infer's moe_infer_tp).
+MOE_OPS = (
+    "npu_moe_gating_top_k_softmax",
+    "npu_moe_init_routing_v2",
+    "npu_grouped_matmul",
+    "npu_swiglu",
+    "npu_moe_finalize_routing",
+)
+
+
+def _moe_line(spec: ModelSpec) -> list[str]:
+    if spec.family != "moe":
+        return []
+    layers = moe_layers(spec.answers())
+    which = "every layer" if len(layers) == spec.num_hidden_layers else f"layers {list(layers)}"
+    shared = (
+        f", shared expert {spec.shared_expert_intermediate_size}"
+        + (" (sigmoid-gated)" if spec.shared_expert_gate else "")
+        if spec.shared_expert_intermediate_size
+        else ""
+    )
+    renorm = "renormalised" if spec.norm_topk_prob else "not renormalised"
+    return [
+        f"  MoE         {spec.num_experts} experts x {spec.moe_intermediate_size}, top-"
+        f"{spec.num_experts_per_tok} ({renorm}){shared} in {which}; decode graph static in "
+        "the routing (every tensor sized by tokens x top-k or experts)"
     ]
 
 
@@ -35,6 +67,7 @@ def design_summary(spec: ModelSpec, placement: Placement) -> str:
         f"  model       {s.num_hidden_layers} layers, hidden {s.hidden_size}, "
         f"{s.num_attention_heads} query / {s.num_key_value_heads} KV heads, head_dim "
         f"{s.head_dim}, MLP {s.intermediate_size}, vocab {s.vocab_size:,}",
+        *_moe_line(s),
         f"  weights     {s.parameter_count / 1e6:,.1f} M parameters, {gib(s.weight_bytes)} "
         f"in {s.dtype}",
         f"  exe_mode    {s.exe_mode}: {_MODES[s.exe_mode]}",

@@ -178,7 +178,8 @@ def test_non_utf8_hf_config(cli, tmp_path):
 
 
 def asked_names(**answers):
-    return [q.name for q in asked_questions() if q.applies({"rope_scaling": "none", **answers})]
+    known = {"rope_scaling": "none", "family": "dense", **answers}
+    return [q.name for q in asked_questions() if q.applies(known)]
 
 
 def test_interview_re_asks_a_bad_name_at_once(cli, tmp_path):

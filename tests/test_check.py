@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -683,3 +684,29 @@ def test_output_that_cannot_be_written(cli, tmp_path, target, why):
         assert path.read_text() == HAZARD
     else:
         assert err == [f"error: cannot write {out}: {why}"]
+
+
+def _example_sources(name: str) -> list[Path]:
+    from scaffold.examples import EXAMPLES_DIR
+
+    return sorted((EXAMPLES_DIR / name / "src").rglob("*.py"))
+
+
+@pytest.mark.parametrize("name", ["llama_tiny", "qwen3_moe", "mixtral_ge"])
+def test_examples_have_no_graph_hazards(name):
+    result = check_paths(_example_sources(name))
+    assert result.errors == [] and result.hazards == [], [h.message for h in result.hazards]
+
+
+def test_a_data_dependent_moe_dispatch_is_flagged(tmp_path):
+    """In the MoE block's forward, a per-expert count with torch.bincount (output sized by
+    the largest id) is what `check` flags; the example routes with fixed-size tensors."""
+    package = tmp_path / "src"
+    shutil.copytree(_example_sources("qwen3_moe")[0].parent, package / "qwen3_moe")
+    block = package / "qwen3_moe" / "layers" / "moe.py"
+    routed = "        weights, expert_ids = self.route(tokens)\n"
+    assert routed in block.read_text()
+    assert check_paths(sorted(package.rglob("*.py"))).hazards == []
+    counted = routed + "        weights = weights * torch.bincount(expert_ids.flatten()).sum()\n"
+    block.write_text(block.read_text().replace(routed, counted))
+    assert "GM005" in {h.rule for h in check_paths(sorted(package.rglob("*.py"))).hazards}

@@ -103,7 +103,19 @@ def test_cli_flag_fills_answers_and_flags_override(cli, tmp_path):
 # One rendered package per model_type (three more with RoPE scaling), each in a different
 # decode mode, running its own transformers parity tests (prefill + 8 greedy decode steps,
 # eager and compiled, fp32).
-PARITY = {"llama": "npugraph_ex", "mistral": "npugraph_ex", "qwen2": "eager", "qwen3": "ge_graph"}
+PARITY = {
+    "llama": "npugraph_ex", "mistral": "npugraph_ex", "qwen2": "eager", "qwen3": "ge_graph",
+    "qwen3_moe": "npugraph_ex", "qwen2_moe": "eager", "mixtral": "ge_graph",
+}  # fmt: skip
+# The config class and tiny MoE fields of each MoE model_type (3 layers; Qwen mixes in dense).
+MOE_CONFIGS = {
+    "qwen3_moe": ("Qwen3MoeConfig", dict(num_experts=8, mlp_only_layers=[1], norm_topk_prob=True)),
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        dict(num_experts=8, shared_expert_intermediate_size=64, decoder_sparse_step=2),
+    ),
+    "mixtral": ("MixtralConfig", dict(num_local_experts=8)),
+}
 ROPE_SCALING = {
     "llama3": {
         "rope_type": "llama3",
@@ -128,8 +140,11 @@ def test_rendered_package_matches_transformers(tmp_path, model_type, rope_scalin
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("safetensors")
     name = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Config"}
-    config_cls = getattr(transformers, name.get(model_type, "MistralConfig"))
     extra = {"sliding_window": None} if model_type == "mistral" else {}
+    if model_type in MOE_CONFIGS:
+        name[model_type], moe = MOE_CONFIGS[model_type]
+        extra.update(moe, num_experts_per_tok=2, moe_intermediate_size=32, num_hidden_layers=3)
+    config_cls = getattr(transformers, name.get(model_type, "MistralConfig"))
     if rope_scaling != "none":
         extra["rope_scaling"] = ROPE_SCALING[rope_scaling]
     ckpt = tmp_path / f"hf_{model_type}"
@@ -137,10 +152,9 @@ def test_rendered_package_matches_transformers(tmp_path, model_type, rope_scalin
         vocab_size=512,
         hidden_size=128,
         intermediate_size=256,
-        num_hidden_layers=2,
+        **{"num_hidden_layers": 2, **extra},
         num_attention_heads=4,
         num_key_value_heads=2,
-        **extra,
     ).save_pretrained(ckpt)
     given = answers_from_hf_config(ckpt)
     assert given["model_name"] == f"hf_{model_type}"

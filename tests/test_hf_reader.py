@@ -37,6 +37,7 @@ BASE = {
     "max_position_embeddings": 4096,
 }
 ARCH = {  # what BASE reads as, for a llama
+    "family": "dense",
     "vocab_size": 1000,
     "hidden_size": 256,
     "num_hidden_layers": 4,
@@ -50,6 +51,18 @@ ARCH = {  # what BASE reads as, for a llama
     "tie_word_embeddings": False,
     "qk_norm": False,
     "attention_bias": False,
+}
+# The MoE answers of the tiny MoE configs below (8 experts, top-2).
+MOE_FIELDS = dict(num_experts_per_tok=2, moe_intermediate_size=64)
+MOE_ARCH = {
+    **ARCH,
+    "family": "moe",
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": "",
+    "shared_expert_intermediate_size": 0,
 }
 INF = "__1e400__"  # written as the JSON number 1e400, which json.loads reads as inf
 
@@ -76,6 +89,65 @@ LOG8 = math.log(8.0)
 
 # id -> (config.json fields, the architecture both call sites must read)
 ACCEPTED = {
+    "qwen3-moe-hub-names": (  # Qwen3-30B-A3B style: num_experts, rope_theta
+        dict(
+            model_type="qwen3_moe",
+            num_experts=8,
+            **MOE_FIELDS,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            head_dim=64,
+            rope_theta=1e6,
+            rope_scaling=None,
+        ),
+        {**MOE_ARCH, "head_dim": 64, "rope_theta": 1e6, "qk_norm": True, "norm_topk_prob": True},
+    ),
+    "qwen3-moe-transformers5-mixed-layers": (  # save_pretrained: num_local_experts
+        dict(
+            model_type="qwen3_moe",
+            num_local_experts=8,
+            **MOE_FIELDS,
+            mlp_only_layers=[3, 0],
+            decoder_sparse_step=1,
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+        ),
+        {
+            **MOE_ARCH,
+            "rope_theta": 1e6,
+            "qk_norm": True,
+            "norm_topk_prob": False,  # Qwen3MoeConfig's default
+            "mlp_only_layers": "0,3",
+        },
+    ),
+    "qwen2-moe-shared-expert": (
+        dict(
+            model_type="qwen2_moe",
+            num_experts=8,
+            **MOE_FIELDS,
+            shared_expert_intermediate_size=128,
+            decoder_sparse_step=2,
+            use_sliding_window=False,
+            sliding_window=0,
+        ),
+        {
+            **MOE_ARCH,
+            "attention_bias": True,  # qkv_bias defaults to true
+            "norm_topk_prob": False,
+            "decoder_sparse_step": 2,
+            "shared_expert_intermediate_size": 128,
+            "shared_expert_gate": True,
+        },
+    ),
+    "mixtral": (
+        dict(model_type="mixtral", num_local_experts=8, num_experts_per_tok=2, head_dim=None),
+        {
+            **MOE_ARCH,
+            "rope_theta": 1e6,  # MixtralConfig.default_theta
+            "moe_intermediate_size": 704,  # Mixtral's intermediate_size is per expert
+            "norm_topk_prob": True,  # MixtralTopKRouter always renormalises
+        },
+    ),
     "llama-transformers4": (
         dict(
             model_type="llama",
@@ -249,7 +321,32 @@ QWEN2_WINDOW = dict(model_type="qwen2", use_sliding_window=True, sliding_window=
 REFUSED = {
     "unsupported-model-type": (
         {"model_type": "gpt2"},
-        "model_type 'gpt2' is not supported (supported: llama, qwen2, qwen3, mistral)",
+        "model_type 'gpt2' is not supported (supported: llama, qwen2, qwen3, mistral, "
+        "qwen3_moe, qwen2_moe, mixtral)",
+    ),
+    "moe-top-k-above-experts": (
+        {"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 6},
+        "num_experts_per_tok (6) must be between 1 and the number of experts (4, at least 2)",
+    ),
+    "moe-expert-counts-contradict": (
+        {"model_type": "qwen3_moe", "num_experts": 8, "num_local_experts": 16},
+        "num_experts (8) contradicts num_local_experts (16)",
+    ),
+    "moe-layer-index-out-of-range": (
+        {"model_type": "qwen2_moe", "mlp_only_layers": [0, 4]},
+        "mlp_only_layers must be a list of layer indices 0..3, got [0, 4]",
+    ),
+    "moe-without-moe-layers": (
+        {"model_type": "qwen3_moe", "decoder_sparse_step": 3, "mlp_only_layers": [2]},
+        "no layer is MoE (decoder_sparse_step=3, mlp_only_layers=[2]): this is a dense model",
+    ),
+    "moe-expert-count-not-an-integer": (
+        {"model_type": "mixtral", "num_local_experts": 8.5},
+        "num_local_experts must be a positive integer, got 8.5",
+    ),
+    "mixtral-sliding-window": (
+        {"model_type": "mixtral", "sliding_window": 4096},
+        "sliding_window=4096 is not supported",
     ),
     "no-model-type": ({"model_type": ...}, "model_type None is not supported"),
     "model-type-not-a-string": ({"model_type": ["llama"]}, "model_type ['llama'] is not"),
@@ -499,22 +596,30 @@ def scaffold_refusal(path: Path, packages) -> str:
 def package_reads(path: Path, packages, expected: dict) -> dict:
     """A package rendered with the expected architecture loads the config: its ModelArgs
     and its copy of the reader give the architecture."""
-    package = packages(expected["qk_norm"], expected["attention_bias"], expected["rope_scaling"])
+    moe = {k: v for k, v in expected.items() if k in MOE_ARCH and k not in ARCH}
+    package = packages(
+        expected["qk_norm"], expected["attention_bias"], expected["rope_scaling"], moe
+    )
     args = package.weights.model_args_from_hf(path)
     architecture = package.hf_config.read_hf_config(path).architecture
     model_args = {f.name: getattr(args, f.name) for f in dataclasses.fields(args)}
     assert model_args.pop("max_seq_len") >= 1
-    assert model_args == {
+    read = {
         k: v
         for k, v in architecture.items()
-        if k not in ("rope_scaling", "qk_norm", "attention_bias")
+        if k not in ("family", "rope_scaling", "qk_norm", "attention_bias", "shared_expert_gate")
     }
+    if "mlp_only_layers" in read:  # the interview's text, ModelArgs' tuple
+        read["mlp_only_layers"] = package.hf_config.parse_layer_list(read["mlp_only_layers"])
+    if not read.get("shared_expert_intermediate_size", 1):  # rendered only when present
+        del read["shared_expert_intermediate_size"]
+    assert model_args == read
     assert architecture["rope_scaling"] == package.weights.ROPE_SCALING
     return architecture
 
 
 def package_refusal(path: Path, packages) -> str:
-    package = packages(False, False, "none")
+    package = packages(False, False, "none", {})
     with pytest.raises(package.weights.CheckpointError) as error:
         package.weights.model_args_from_hf(path)
     assert isinstance(
@@ -531,19 +636,22 @@ SITES = {
 
 @pytest.fixture(scope="session")
 def packages(tmp_path_factory):
-    """(qk_norm, attention_bias, rope_scaling) -> a package rendered with them, imported."""
+    """(qk_norm, attention_bias, rope_scaling, MoE answers) -> a package rendered with them,
+    imported (family moe when MoE answers are given)."""
     made: dict[tuple, object] = {}
     root = tmp_path_factory.mktemp("hf_reader_packages")
 
-    def get(qk_norm: bool, attention_bias: bool, rope_scaling: str):
-        key = (qk_norm, attention_bias, rope_scaling)
+    def get(qk_norm: bool, attention_bias: bool, rope_scaling: str, moe: dict):
+        key = (qk_norm, attention_bias, rope_scaling, tuple(sorted(moe.items())))
         if key not in made:
             name = f"hfr_{rope_scaling}{'_q' if qk_norm else ''}{'_b' if attention_bias else ''}"
+            name += f"_moe{len(made)}" if moe else ""
             answers = {
                 "model_name": name,
                 "qk_norm": qk_norm,
                 "attention_bias": attention_bias,
                 "rope_scaling": rope_scaling,
+                **({"family": "moe", **moe} if moe else {}),
             }
             render(validate(collect_answers(answers, defaults=True)), root / name)
             sys.path.insert(0, str(root / name / "src"))
@@ -604,7 +712,7 @@ def test_both_sites_give_identical_messages(tmp_path, packages):
 def test_the_scaffold_runs_the_templates_reader_and_packages_carry_it(packages):
     template_file = template_root() / READER
     assert Path(reader.__file__) == template_file
-    package = packages(False, False, "none")
+    package = packages(False, False, "none", {})
     assert Path(package.hf_config.__file__).read_bytes() == template_file.read_bytes()
 
 

@@ -30,7 +30,9 @@ Environment
   torch_npu version plus a hash of the wheel's ``.so`` list.
 * Strict by default: documented device limits the CPU kernels can see (FIA query
   float16/bfloat16, contiguous q/k/v, accepted ``input_layout`` / ``sparse_mode``; rotary
-  D in {64, 128}, layout, mode; ...; the values are :mod:`scaffold.device_limits`'s) raise
+  D in {64, 128}, layout, mode; MoE chain dtypes, int32 expert ids, int64 group_list,
+  split_item 2/3, k <= E, at most 1024 groups, InnerLimit 65536; ...; the values are
+  :mod:`scaffold.device_limits`'s) raise
   :class:`DeviceConstraintError`, as the device would refuse the call. They are also recorded
   in :data:`CONSTRAINT_VIOLATIONS`; ``ASCEND_SCAFFOLD_NPU_STRICT=0`` (debugging) only records.
 * ``ASCEND_SCAFFOLD_NPU_PLATFORM`` (A2, A3, 950; default A3, or ``activate(platform=...)``):
@@ -971,6 +973,383 @@ def fused_infer_attention_ref(query, key, value, **kw):
     return out, lse.float()
 
 
+# --------------------------------------------------------------------------------------------
+# MoE: gating, routing, grouped matmul, SwiGLU, finalize (the fused chain of cann-recipes-infer)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_dtype(op: str, name: str, t, allowed: tuple[str, ...]) -> None:
+    _constraint(
+        _dtype_name(t.dtype) in allowed,
+        f"{op}: {name} dtype {_dtype_name(t.dtype)} ({'/'.join(allowed)} only)",
+    )
+
+
+def moe_gating_top_k_softmax_ref(x, finished=None, k=1):
+    """``npu_moe_gating_top_k_softmax``: softmax over the last axis (fp32), then the k largest,
+    highest first (ties: lower expert id first), not renormalised. Returns (y in x.dtype,
+    expert_idx int32, row_idx int32), all shaped x[:-1] + (k,); row_idx[i, j] = j * rows + i
+    (CANN: arange(rows * k).reshape(k, rows).T); a ``finished`` row gets expert id E."""
+    import torch
+
+    op = "npu_moe_gating_top_k_softmax"
+    lim, moe = limits().moe_gating, limits().moe
+    _check_dtype(op, "x", x, lim.dtypes)
+    _constraint(
+        lim.min_rank <= x.dim() <= lim.max_rank,
+        f"{op}: x is {x.dim()}-D, the op takes {lim.min_rank}-{lim.max_rank} dims",
+    )
+    experts = x.shape[-1]
+    _constraint(0 < k <= experts, f"{op}: k={k} must be in 1..{experts} (x's last axis)")
+    _constraint(k <= moe.max_top_k, f"{op}: k={k} > {moe.max_top_k}")
+    probs = torch.softmax(x.float(), dim=-1)
+    kk = max(0, min(int(k), experts))
+    y, idx = torch.sort(probs, dim=-1, descending=True, stable=True)
+    y, idx = y[..., :kk], idx[..., :kk]
+    if finished is not None:
+        _check_dtype(op, "finished", finished, ("bool",))
+        if tuple(finished.shape) != tuple(x.shape[:-1]):
+            raise ValueError(f"{op}: finished shape {tuple(finished.shape)} must be x[:-1]")
+        idx = torch.where(finished.unsqueeze(-1), torch.full_like(idx, experts), idx)
+    rows = math.prod(x.shape[:-1])
+    row_idx = torch.arange(rows * kk, dtype=torch.int32).view(kk, rows).t()
+    return y.to(x.dtype), idx.to(torch.int32), row_idx.reshape(*x.shape[:-1], kk).contiguous()
+
+
+def moe_init_routing_v2_ref(
+    x,
+    expert_idx,
+    *,
+    scale=None,
+    offset=None,
+    active_num=-1,
+    expert_capacity=-1,
+    expert_num=-1,
+    drop_pad_mode=0,
+    expert_tokens_num_type=0,
+    expert_tokens_num_flag=False,
+    quant_mode=-1,
+    active_expert_range=(),
+    row_idx_type=0,
+    x_dtype=None,
+):
+    """``npu_moe_init_routing_v2`` (CANN MoeInitRoutingV3), dropless, unquantised.
+
+    The flat index of (token t, slot j) is ``t * K + j`` (token-major). Entries whose expert is
+    in ``active_expert_range`` [start, end) are sorted by expert id, stably (sortedRowIdx);
+    ``expanded_x[i] = x[sortedRowIdx[i] // K]``: rows grouped by expert, the remaining rows
+    zero. ``expanded_row_idx`` (int32, N*K): row_idx_type 0 (gather) ``[sortedRowIdx[i]] = i``,
+    -1 for entries out of range; 1 (scatter) ``[i] = sortedRowIdx[i]``, the rest -1.
+    ``expert_token_cumsum_or_count`` int64: type 1 counts per expert in range (end - start,),
+    0 their cumsum, 2 (expert_num, 2) (expert, count) pairs of the non-zero ones then zeros.
+    ``expanded_scale`` float32: ``scale[sortedRowIdx[i] // K]`` when given, else zeros.
+    Shapes as the wheel's meta kernel.
+    """
+    import torch
+
+    op = "npu_moe_init_routing_v2"
+    lim = limits().moe_init_routing
+    _check_dtype(op, "x", x, lim.dtypes)
+    _check_dtype(op, "expert_idx", expert_idx, lim.index_dtypes)
+    if x.dim() != 2 or expert_idx.dim() != 2 or x.shape[0] != expert_idx.shape[0]:
+        raise ValueError(
+            f"{op}: x (NUM_ROWS, H) and expert_idx (NUM_ROWS, K) must be 2-D with equal rows, "
+            f"got {tuple(x.shape)} and {tuple(expert_idx.shape)}"
+        )
+    n, k = expert_idx.shape
+    key_value = expert_tokens_num_type == 2
+    max_e = lim.max_experts_key_value if key_value else lim.max_experts
+    _constraint(0 < expert_num <= max_e, f"{op}: expert_num={expert_num} not in (0, {max_e}]")
+    _constraint(
+        drop_pad_mode in lim.drop_pad_modes,
+        f"{op}: drop_pad_mode {drop_pad_mode} ({', '.join(map(str, lim.drop_pad_modes))} only)",
+    )
+    _constraint(
+        expert_tokens_num_type in lim.expert_tokens_num_types,
+        f"{op}: expert_tokens_num_type {expert_tokens_num_type} "
+        f"({', '.join(map(str, lim.expert_tokens_num_types))} only)",
+    )
+    _constraint(
+        expert_tokens_num_flag or not lim.expert_tokens_num_flag_required,
+        f"{op}: expert_tokens_num_flag=False (the op supports True only)",
+    )
+    _constraint(
+        quant_mode in lim.quant_modes,
+        f"{op}: quant_mode {quant_mode} ({', '.join(map(str, lim.quant_modes))} only)",
+    )
+    _constraint(
+        row_idx_type in lim.row_idx_types,
+        f"{op}: row_idx_type {row_idx_type} ({', '.join(map(str, lim.row_idx_types))} only)",
+    )
+    if lim.active_num_is_rows_k:
+        _constraint(
+            active_num in (-1, n * k),
+            f"{op}: active_num={active_num} must be -1 or NUM_ROWS*K = {n * k} (CANN checks it)",
+        )
+    else:
+        _constraint(active_num >= -1, f"{op}: active_num={active_num} < -1")
+    rng = list(active_expert_range) if active_expert_range else [0, expert_num]
+    _constraint(
+        len(rng) == 2 and 0 <= rng[0] < rng[1] <= expert_num,
+        f"{op}: active_expert_range {rng} must be [start, end) with 0 <= start < end <= "
+        f"expert_num={expert_num}",
+    )
+    if quant_mode != -1 or offset is not None or x_dtype is not None:
+        raise NotImplementedError(f"npu emulation: {op} quantisation is not emulated")
+    if drop_pad_mode != 0:
+        raise NotImplementedError(f"npu emulation: {op} drop_pad_mode={drop_pad_mode}")
+    flat = expert_idx.reshape(-1).long()
+    _constraint(
+        bool(((flat >= 0) & (flat < expert_num)).all()),
+        f"{op}: expert_idx has ids outside 0..{expert_num - 1} (专家id不能超过专家数)",
+    )
+    start, end = int(rng[0]), int(rng[1])
+    valid = (flat >= start) & (flat < end)
+    order = torch.sort(torch.where(valid, flat, end), stable=True).indices
+    avail = int(valid.sum())
+    rows = n * k if active_num <= 0 else min(active_num, n * k)
+    src = order[: min(avail, rows)]
+    expanded_x = x.new_zeros((rows, x.shape[1]))
+    expanded_x[: src.numel()] = x[src // k]
+    row_idx = torch.full((n * k,), -1, dtype=torch.int32)
+    if row_idx_type == 0:
+        row_idx[order[:avail]] = torch.arange(avail, dtype=torch.int32)
+    else:
+        row_idx[:avail] = order[:avail].to(torch.int32)
+    counts = torch.bincount(flat[valid] - start, minlength=end - start).to(torch.int64)
+    if not expert_tokens_num_flag:
+        tokens = torch.zeros((), dtype=torch.int64)
+    elif expert_tokens_num_type == 0:
+        tokens = counts.cumsum(0)
+    elif expert_tokens_num_type == 1:
+        tokens = counts
+    else:
+        tokens = torch.zeros((expert_num, 2), dtype=torch.int64)
+        nz = torch.nonzero(counts).flatten()
+        tokens[: nz.numel(), 0] = nz + start
+        tokens[: nz.numel(), 1] = counts[nz]
+    expanded_scale = torch.zeros(rows, dtype=torch.float32)
+    if scale is not None:
+        if scale.dim() != 1 or scale.shape[0] != n:
+            raise ValueError(f"{op}: scale must be (NUM_ROWS,) without quantisation")
+        expanded_scale[: src.numel()] = scale.float()[src // k]
+    return expanded_x, row_idx, tokens, expanded_scale
+
+
+_GMM_UNEMULATED = (
+    "bias scale offset antiquant_scale antiquant_offset per_token_scale activation_input "
+    "activation_quant_scale activation_quant_offset x_dtype weight_dtype scale_dtype "
+    "per_token_scale_dtype"
+).split()
+# torch_npu's dtype enum (op_plugin meta TORCH_DTYPE_MAP) for output_dtype: int?
+_GMM_OUTPUT_DTYPES = {5: "float16", 15: "bfloat16", 6: "float32"}
+
+
+def grouped_matmul_ref(x, weight, *, group_list=None, split_item=0, group_type=None, **kw):
+    """``npu_grouped_matmul`` (default overload: group_list a Tensor), unquantised, group_type 0
+    (split along M): one 2-D x [M, K]; one 3-D weight [E, K, N] (or E 2-D [K, N]); group e is
+    rows ``offsets[e] : offsets[e] + counts[e]`` of x (group_list_type 1: counts, 0: cumsum),
+    ``y[rows] = x[rows] @ weight[e]`` (fp32 maths). split_item 2/3: one [M, N] output (rows
+    past the groups' total zero), as the meta kernel."""
+    import torch
+
+    op = "npu_grouped_matmul"
+    lim, moe = limits().grouped_matmul, limits().moe
+    group_list_type = kw.pop("group_list_type", 0)
+    act_type = kw.pop("act_type", 0)
+    output_dtype = kw.pop("output_dtype", None)
+    kw.pop("tuning_config", None)
+    for name in _GMM_UNEMULATED:
+        if kw.pop(name, None) is not None:
+            raise NotImplementedError(f"npu emulation: {op} argument {name} is not emulated")
+    if kw:
+        raise TypeError(f"{op}: unexpected arguments {sorted(kw)}")
+    _constraint(
+        group_type in lim.group_types,
+        f"{op}: group_type {group_type} ({', '.join(map(str, lim.group_types))} only)",
+    )
+    _constraint(
+        len(x) <= lim.max_list_len and len(weight) <= lim.max_list_len,
+        f"{op}: x/weight lists longer than {lim.max_list_len}",
+    )
+    if group_type != 0:
+        raise NotImplementedError(f"npu emulation: {op} group_type={group_type} is not emulated")
+    _constraint(
+        split_item in lim.split_items,
+        f"{op}: split_item {split_item} with group_type 0 ("
+        f"{'/'.join(map(str, lim.split_items))} only; 0/1 would size one output per group "
+        f"from group_list's data)",
+    )
+    _constraint(group_list is not None, f"{op}: group_type 0 needs group_list")
+    _check_dtype(op, "group_list", group_list, lim.group_list_dtypes)
+    _constraint(
+        group_list_type in lim.group_list_types,
+        f"{op}: group_list_type {group_list_type} "
+        f"({', '.join(map(str, lim.group_list_types))} only)",
+    )
+    _constraint(act_type in lim.act_types, f"{op}: act_type {act_type} needs per-token quant")
+    if len(x) != 1:
+        raise NotImplementedError(f"npu emulation: {op} with {len(x)} x tensors")
+    xt = x[0]
+    _check_dtype(op, "x", xt, lim.dtypes)
+    single = len(weight) == 1 and weight[0].dim() == 3
+    ws = list(weight[0].unbind(0)) if single else list(weight)
+    for i, w in enumerate(ws):
+        _constraint(
+            w.dtype == xt.dtype,
+            f"{op}: weight dtype {_dtype_name(w.dtype)} differs from x dtype "
+            f"{_dtype_name(xt.dtype)} (unquantised)",
+        )
+        if w.dim() != 2 or w.shape[0] != xt.shape[-1] or w.shape[1] != ws[0].shape[1]:
+            raise ValueError(
+                f"{op}: weight {i} shape {tuple(w.shape)} must be [K={xt.shape[-1]}, N] with one N"
+            )
+    if xt.dim() != 2:
+        raise ValueError(f"{op}: x is {xt.dim()}-D, split_item {split_item} takes 2-D x")
+    groups = len(ws)
+    _constraint(
+        not single or groups <= moe.max_experts,
+        f"{op}: {groups} groups > {moe.max_experts} (one 3-D weight)",
+    )
+    _constraint(
+        xt.stride(0) != 1 or xt.shape[0] <= 1 or xt.shape[1] <= 1,
+        f"{op}: x is transposed (strides {xt.stride()}); the op takes no transposed x",
+    )
+    for name, size in (("x", xt.shape[-1]), ("weight", weight[0].shape[-1])):
+        _constraint(
+            size < moe.inner_limit,
+            f"{op}: {name}'s last dim {size} must be < InnerLimit {moe.inner_limit}",
+        )
+    out_dtype = xt.dtype
+    if output_dtype is not None:
+        want = _GMM_OUTPUT_DTYPES.get(int(output_dtype))
+        _constraint(
+            want == _dtype_name(xt.dtype),
+            f"{op}: output_dtype {output_dtype} must be None or x's dtype (unquantised)",
+        )
+    m = xt.shape[0]
+    gl = group_list.reshape(-1).long()
+    _constraint(
+        gl.numel() == groups,
+        f"{op}: group_list has {gl.numel()} entries for {groups} groups",
+    )
+    _constraint(bool((gl >= 0).all()), f"{op}: group_list has negative entries")
+    if group_list_type == 1:
+        counts = gl
+        _constraint(gl.numel() != 1, f"{op}: group_list_type 1 takes no length-1 group_list")
+        _constraint(
+            int(counts.sum()) == m,
+            f"{op}: group_list (counts) sums to {int(counts.sum())}, x has {m} rows",
+        )
+    else:
+        counts = torch.diff(gl, prepend=gl.new_zeros(1))
+        _constraint(bool((counts >= 0).all()), f"{op}: group_list (cumsum) decreases")
+        _constraint(
+            gl.numel() > 0 and int(gl[-1]) == m,
+            f"{op}: group_list (cumsum) ends at {int(gl[-1]) if gl.numel() else None}, x has {m} "
+            f"rows",
+        )
+    out = torch.zeros((m, ws[0].shape[1]), dtype=out_dtype)
+    start = 0
+    for e, c in enumerate(counts.tolist()):
+        c = max(0, min(int(c), m - start))
+        if c:
+            out[start : start + c] = (xt[start : start + c].float() @ ws[e].float()).to(out_dtype)
+        start += c
+    return [out]
+
+
+def swiglu_ref(x, dim=-1):
+    """``npu_swiglu``: A, B = x split in halves along ``dim``; silu(A) * B (fp32 maths)."""
+    import torch
+
+    op = "npu_swiglu"
+    lim = limits().swiglu
+    _check_dtype(op, "x", x, lim.dtypes)
+    _constraint(
+        lim.min_rank <= x.dim() <= lim.max_rank,
+        f"{op}: x is {x.dim()}-D, the op takes {lim.min_rank}-{lim.max_rank} dims",
+    )
+    if x.shape[dim] % 2:
+        raise ValueError(f"{op}: dim {dim} has odd size {x.shape[dim]}")
+    a, b = x.float().chunk(2, dim=dim)
+    return (torch.nn.functional.silu(a) * b).to(x.dtype)
+
+
+def moe_finalize_routing_ref(
+    expanded_permuted_rows,
+    skip1,
+    skip2,
+    bias,
+    scales,
+    expanded_src_to_dst_row,
+    export_for_source_row,
+    drop_pad_mode=0,
+    k=1,
+):
+    """``npu_moe_finalize_routing`` (CANN MoeFinalizeRoutingV2), dropless (drop_pad_mode 0 / 2):
+    ``out[i] = skip1[i] + skip2[i] + sum_j scales[i, j] * (rows[r(i, j)] + bias[e(i, j)])``
+    with ``r(i, j) = expanded_src_to_dst_row[j * N + i]`` (mode 0, column order: the v1
+    init_routing's) or ``[i * K + j]`` (mode 2, row order: init_routing_v2's row_idx_type 0),
+    ``e = export_for_source_row``; K = scales.shape[1] (else ``k``); fp32 maths."""
+    import torch
+
+    op = "npu_moe_finalize_routing"
+    lim = limits().moe_finalize_routing
+    rows = expanded_permuted_rows
+    _check_dtype(op, "expanded_permuted_rows", rows, lim.dtypes)
+    for name, t in (("skip1", skip1), ("skip2", skip2), ("bias", bias), ("scales", scales)):
+        if t is not None:
+            _constraint(
+                t.dtype == rows.dtype,
+                f"{op}: {name} dtype {_dtype_name(t.dtype)} differs from expanded_permuted_rows "
+                f"dtype {_dtype_name(rows.dtype)}",
+            )
+    _check_dtype(op, "expanded_src_to_dst_row", expanded_src_to_dst_row, lim.index_dtypes)
+    if export_for_source_row is not None:
+        _check_dtype(op, "export_for_source_row", export_for_source_row, lim.index_dtypes)
+    mode = 0 if drop_pad_mode is None else int(drop_pad_mode)
+    _constraint(
+        mode in lim.drop_pad_modes,
+        f"{op}: drop_pad_mode {mode} ({', '.join(map(str, lim.drop_pad_modes))} only)",
+    )
+    _constraint(
+        skip2 is None or skip1 is not None,
+        f"{op}: skip2 given without skip1 (MoeFinalizeRoutingV2 refuses it)",
+    )
+    _constraint(
+        bias is None or export_for_source_row is not None,
+        f"{op}: bias needs export_for_source_row (the expert of each (row, k))",
+    )
+    if mode not in (0, 2):
+        raise NotImplementedError(f"npu emulation: {op} drop_pad_mode={mode} is not emulated")
+    idx = expanded_src_to_dst_row
+    kk = scales.shape[1] if scales is not None else int(k or 1)
+    if idx.dim() != 1 or rows.dim() != 2 or kk <= 0 or idx.numel() % kk:
+        raise ValueError(
+            f"{op}: expanded_src_to_dst_row ({tuple(idx.shape)}) must be 1-D of NUM_ROWS*K and "
+            f"expanded_permuted_rows ({tuple(rows.shape)}) 2-D (dropless), K={kk}"
+        )
+    n = idx.numel() // kk
+    pos = idx.long().view(kk, n).t() if mode == 0 else idx.long().view(n, kk)
+    _constraint(
+        bool(((pos >= 0) & (pos < rows.shape[0])).all()),
+        f"{op}: expanded_src_to_dst_row has values outside 0..{rows.shape[0] - 1} (drop_pad_mode "
+        f"{mode} takes [0, NUM_ROWS*K-1])",
+    )
+    gathered = rows.float()[pos.clamp(0, rows.shape[0] - 1)]  # [N, K, H]
+    if bias is not None:
+        gathered = gathered + bias.float()[export_for_source_row.long()]
+    w = scales.float() if scales is not None else torch.ones(n, kk)
+    out = (w.unsqueeze(-1) * gathered).sum(dim=1)
+    for t in (skip1, skip2):
+        if t is not None:
+            if tuple(t.shape) != tuple(out.shape):
+                raise ValueError(f"{op}: skip shape {tuple(t.shape)} must be {tuple(out.shape)}")
+            out = out + t.float()
+    return out.to(rows.dtype)
+
+
 AIR_FIA_EAGER = (
     "torchair.ops.npu_fused_infer_attention_score (air::) runs only inside a GE graph "
     "(torch.compile with torchair's npu backend, the ge_graph decode): called eagerly it "
@@ -1012,6 +1391,12 @@ def _register_kernels() -> None:
     npu_lib.impl("scatter_update_", scatter_update_inplace, "CPU")
     npu_lib.impl("npu_fused_infer_attention_score", fia, "CPU")
     air_lib.impl("npu_fused_infer_attention_score", air_fia, "CPU")
+    # MoE (the wheel has Meta kernels for all five; split_item 2/3 gives a static [sum M, N])
+    npu_lib.impl("npu_moe_gating_top_k_softmax", moe_gating_top_k_softmax_ref, "CPU")
+    npu_lib.impl("npu_moe_init_routing_v2", moe_init_routing_v2_ref, "CPU")
+    npu_lib.impl("npu_grouped_matmul", grouped_matmul_ref, "CPU")
+    npu_lib.impl("npu_swiglu", swiglu_ref, "CPU")
+    npu_lib.impl("npu_moe_finalize_routing", moe_finalize_routing_ref, "CPU")
 
 
 __all__ = [
@@ -1023,7 +1408,11 @@ __all__ = [
     "current_platform",
     "emulation_env",
     "fused_infer_attention_ref",
+    "grouped_matmul_ref",
     "limits",
+    "moe_finalize_routing_ref",
+    "moe_gating_top_k_softmax_ref",
+    "moe_init_routing_v2_ref",
     "reexec_with_env",
     "required",
     "rms_norm_ref",
@@ -1033,5 +1422,6 @@ __all__ = [
     "set_platform",
     "strict",
     "stub_manifest",
+    "swiglu_ref",
     "unavailable_reason",
 ]

@@ -67,7 +67,7 @@ def hf_model(model_type: str):
     import transformers
 
     name, extra = CONFIGS[model_type]
-    config = getattr(transformers, name)(**TINY, **extra, **ROPE_FIELDS)
+    config = getattr(transformers, name)(**{**TINY, **extra}, **ROPE_FIELDS)
     torch.manual_seed(0)
     return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
 
@@ -199,7 +199,8 @@ def test_another_rope_scaling_is_refused(model_type, tmp_path):
     import transformers
 
     name, extra = CONFIGS[model_type]
-    getattr(transformers, name)(**TINY, **extra, **OTHER_ROPE_FIELDS).save_pretrained(tmp_path)
+    config = getattr(transformers, name)(**{**TINY, **extra}, **OTHER_ROPE_FIELDS)
+    config.save_pretrained(tmp_path)
     message = f"RoPE scaling '{OTHER_ROPE_SCALING}' does not match this package's rope_scaling="
     with pytest.raises(CheckpointError, match=message):
         model_args_from_hf(tmp_path)

@@ -6,8 +6,9 @@ ModelArgs with it), so both accept and refuse exactly the same configs. Standard
 only, importable without the package around it.
 
 Accepted is what the template expresses exactly: llama, qwen2, qwen3 and mistral dense
-decoders with a SwiGLU (silu) MLP, full causal attention and RoPE without scaling or with
-linear, llama3 or yarn scaling (transformers' defaults and mscale rules). Everything else
+decoders and qwen3_moe, qwen2_moe and mixtral mixture-of-experts decoders, with SwiGLU
+(silu) MLPs or experts, full causal attention and RoPE without scaling or with linear,
+llama3 or yarn scaling (transformers' defaults and mscale rules). Everything else
 raises HFConfigError, one line naming the file and the field. A JSON null counts as an
 absent top-level key (transformers' config-class default applies), except
 `sliding_window`, where null means "no window".
@@ -15,7 +16,9 @@ absent top-level key (transformers' config-class default applies), except
 Sources: transformers' src/transformers/modeling_rope_utils.py (`standardize_rope_params`,
 `_compute_linear_scaling_rope_parameters`, `_compute_llama3_parameters`,
 `_compute_yarn_parameters`) and src/transformers/models/<type>/configuration_<type>.py
-(defaults, `layer_types` from `use_sliding_window`/`max_window_layers`).
+(defaults, `layer_types` from `use_sliding_window`/`max_window_layers`), and for MoE
+models/qwen3_moe/modeling_qwen3_moe.py (which layers are MoE), modeling_qwen2_moe.py (the
+shared expert and its gate) and modeling_mixtral.py (top-k always renormalised).
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+DENSE_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+MOE_MODEL_TYPES = ("qwen3_moe", "qwen2_moe", "mixtral")
+SUPPORTED_MODEL_TYPES = (*DENSE_MODEL_TYPES, *MOE_MODEL_TYPES)
 ROPE_SCALINGS = ("none", "linear", "llama3", "yarn")
 REQUIRED = (
     "vocab_size",
@@ -42,12 +47,38 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen2": {"rms_norm_eps": 1e-6, "max_position_embeddings": 32768},
     "qwen3": {"rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "head_dim": 128},
     "mistral": {"rms_norm_eps": 1e-6, "max_position_embeddings": 131072},
-}
+    # Qwen3MoeConfig, Qwen2MoeConfig, MixtralConfig
+    "qwen3_moe": {
+        "rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "num_experts": 128,
+        "num_experts_per_tok": 8, "moe_intermediate_size": 768, "norm_topk_prob": False,
+    },
+    "qwen2_moe": {
+        "rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "num_experts": 60,
+        "num_experts_per_tok": 4, "moe_intermediate_size": 1408, "norm_topk_prob": False,
+        "shared_expert_intermediate_size": 5632, "qkv_bias": True,
+    },
+    "mixtral": {
+        "rms_norm_eps": 1e-5, "max_position_embeddings": 131072, "num_experts": 8,
+        "num_experts_per_tok": 2,
+    },
+}  # fmt: skip
+# rope_theta when config.json gives none (MixtralConfig.default_theta; the others 10000).
+_DEFAULT_THETA = {"mixtral": 1e6}
 _INT_FIELDS = (*REQUIRED, "num_key_value_heads", "head_dim", "max_position_embeddings")
+_MOE_INT_FIELDS = (
+    "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "decoder_sparse_step",
+)  # fmt: skip
 _FLOAT_FIELDS = ("rms_norm_eps", "rope_theta")
-_BOOL_FIELDS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window")
+_BOOL_FIELDS = (
+    "tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "norm_topk_prob",
+    "qkv_bias",
+)  # fmt: skip
 # The config classes' sliding_window when config.json has no such key (null: no window).
-_DEFAULT_SLIDING_WINDOW = {"mistral": 4096, "qwen2": 4096, "qwen3": 4096}
+_DEFAULT_SLIDING_WINDOW = {
+    "mistral": 4096, "qwen2": 4096, "qwen3": 4096, "qwen2_moe": 4096, "qwen3_moe": 4096,
+}  # fmt: skip
+_EVERY_LAYER_SLIDES = ("mistral", "mixtral")  # MistralAttention, MixtralAttention
 _FULL = "full causal attention only"
 _LLAMA3_FIELDS = ("rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor")
 # Scaling kinds a cos/sin table precomputed once for the graph cannot express, and why.
@@ -67,9 +98,10 @@ class HFConfigError(ValueError):
 class HFConfig:
     """What a config.json says, in the template's terms.
 
-    `architecture` uses the interview's (copier.yml's) answer names: the sizes,
+    `architecture` uses the interview's (copier.yml's) answer names: `family`, the sizes,
     `rope_theta`, `rope_scaling` (none/linear/llama3/yarn) and that kind's `rope_*`
-    fields, `rms_norm_eps`, `tie_word_embeddings`, `qk_norm` and `attention_bias`.
+    fields, `rms_norm_eps`, `tie_word_embeddings`, `qk_norm`, `attention_bias` and, for
+    family moe, the MoE answers (`mlp_only_layers` as the interview's "0,3" text).
     """
 
     file: Path
@@ -154,7 +186,7 @@ def read_hf_config(path: str | Path) -> HFConfig:
             f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
         )
     cfg = {**DEFAULTS[model_type], **{k: v for k, v in raw.items() if v is not None}}
-    for key in _INT_FIELDS:  # a wrong type names its field, before anything else
+    for key in (*_INT_FIELDS, *_MOE_INT_FIELDS):  # a wrong type names its field, first
         if key in cfg:
             _positive_int(cfg[key], key, where)
     for key in _FLOAT_FIELDS:
@@ -185,7 +217,7 @@ def read_hf_config(path: str | Path) -> HFConfig:
         raise HFConfigError(f"{where}: head_dim must be even (RoPE rotates halves), got {head_dim}")
     # q/k/v bias: Qwen2Attention always has it; the others' `attention_bias` also biases
     # o_proj (LlamaAttention, Qwen3Attention), which the template has no place for.
-    if _flag(cfg, "attention_bias", where) and model_type != "qwen2":
+    if _flag(cfg, "attention_bias", where) and model_type not in ("qwen2", "qwen2_moe"):
         raise HFConfigError(
             f"{where}: attention_bias=true on {model_type} also biases o_proj, which the "
             "template does not support"
@@ -194,7 +226,9 @@ def read_hf_config(path: str | Path) -> HFConfig:
     eps = _positive_float(cfg["rms_norm_eps"], "rms_norm_eps", where)
     tie = _flag(cfg, "tie_word_embeddings", where)
     max_pos = _positive_int(cfg["max_position_embeddings"], "max_position_embeddings", where)
+    moe = model_type in MOE_MODEL_TYPES
     architecture: dict[str, Any] = {
+        "family": "moe" if moe else "dense",
         "vocab_size": vocab,
         "hidden_size": hidden,
         "num_hidden_layers": layers,
@@ -205,9 +239,13 @@ def read_hf_config(path: str | Path) -> HFConfig:
         **_rope(cfg, max_pos, where),
         "rms_norm_eps": eps,
         "tie_word_embeddings": tie,
-        "qk_norm": model_type == "qwen3",  # Qwen3Attention's q_norm/k_norm
-        "attention_bias": model_type == "qwen2",
+        "qk_norm": model_type in ("qwen3", "qwen3_moe"),  # Qwen3Attention's q_norm/k_norm
+        # q/k/v bias: Qwen2Attention always; Qwen2MoeAttention as `qkv_bias` says
+        "attention_bias": model_type == "qwen2"
+        or (model_type == "qwen2_moe" and _flag(cfg, "qkv_bias", where)),
     }
+    if moe:
+        architecture.update(_moe(raw, cfg, model_type, layers, inter, where))
     dtype = raw.get("dtype", raw.get("torch_dtype"))
     return HFConfig(
         file=file,
@@ -224,7 +262,7 @@ def _reject_sliding_window(
     """Every form of sliding-window attention is refused: the template has full causal
     attention only."""
     window = raw.get("sliding_window", _DEFAULT_SLIDING_WINDOW.get(model_type))
-    if model_type == "mistral" and window is not None:  # MistralAttention: every layer slides
+    if model_type in _EVERY_LAYER_SLIDES and window is not None:
         raise HFConfigError(
             f"{where}: sliding_window={window} is not supported ({_FULL}; if prompt + "
             'generation never exceed the window, set "sliding_window": null)'
@@ -253,12 +291,100 @@ def _reject_sliding_window(
         )
 
 
+def moe_layer_indices(
+    num_layers: int, decoder_sparse_step: int, mlp_only_layers: tuple[int, ...]
+) -> tuple[int, ...]:
+    """The MoE layers, transformers' rule (Qwen3MoeDecoderLayer, Qwen2MoeDecoderLayer):
+    layer i is MoE iff i is not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0."""
+    return tuple(
+        i
+        for i in range(num_layers)
+        if i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0
+    )
+
+
+def parse_layer_list(text: str) -> tuple[int, ...]:
+    """The interview's "0, 3" (comma-separated layer indices; empty: none) as a tuple."""
+    return tuple(int(item) for item in text.replace(" ", "").split(",") if item)
+
+
+def _moe(
+    raw: dict[str, Any],
+    cfg: dict[str, Any],
+    model_type: str,
+    layers: int,
+    dense_inter: int,
+    where: str,
+) -> dict[str, Any]:
+    """The MoE answers. Expert count: the Hub's `num_experts` or transformers 5's
+    `num_local_experts` (Qwen3MoeConfig.attribute_map), which must agree when both are given."""
+    names = ("num_experts", "num_local_experts")
+    experts = {key: raw[key] for key in names if raw.get(key) is not None}
+    experts = experts or {"num_experts": cfg["num_experts"]}  # the config class default
+    if len(set(experts.values())) > 1:
+        raise HFConfigError(
+            f"{where}: num_experts ({experts['num_experts']}) contradicts num_local_experts "
+            f"({experts['num_local_experts']})"
+        )
+    num_experts = next(iter(experts.values()))
+    top_k = cfg["num_experts_per_tok"]
+    if num_experts < 2 or top_k > num_experts:
+        raise HFConfigError(
+            f"{where}: num_experts_per_tok ({top_k}) must be between 1 and the number of "
+            f"experts ({num_experts}, at least 2)"
+        )
+    if model_type == "mixtral":  # MixtralTopKRouter: top-k renormalised, every layer MoE
+        return {
+            "num_experts": num_experts,
+            "num_experts_per_tok": top_k,
+            "moe_intermediate_size": dense_inter,  # MixtralConfig: the per-expert size
+            "norm_topk_prob": True,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": "",
+            "shared_expert_intermediate_size": 0,
+        }
+    step = cfg.get("decoder_sparse_step", 1)
+    only = cfg.get("mlp_only_layers", [])
+    if not isinstance(only, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in only
+    ):
+        raise HFConfigError(
+            f"{where}: mlp_only_layers must be a list of layer indices 0..{layers - 1}, "
+            f"got {only!r}"
+        )
+    if not moe_layer_indices(layers, step, tuple(only)):
+        raise HFConfigError(
+            f"{where}: no layer is MoE (decoder_sparse_step={step}, mlp_only_layers={only}): "
+            "this is a dense model"
+        )
+    shared = 0
+    if model_type == "qwen2_moe":
+        shared = cfg["shared_expert_intermediate_size"]
+        if isinstance(shared, bool) or not isinstance(shared, int) or shared < 0:
+            raise HFConfigError(
+                f"{where}: shared_expert_intermediate_size must be an integer >= 0, got {shared!r}"
+            )
+    answers: dict[str, Any] = {
+        "num_experts": num_experts,
+        "num_experts_per_tok": top_k,
+        "moe_intermediate_size": cfg["moe_intermediate_size"],
+        "norm_topk_prob": _flag(cfg, "norm_topk_prob", where),
+        "decoder_sparse_step": step,
+        "mlp_only_layers": ",".join(str(i) for i in sorted(set(only))),
+        "shared_expert_intermediate_size": shared,
+    }
+    if shared:
+        answers["shared_expert_gate"] = True  # Qwen2MoeSparseMoeBlock.shared_expert_gate
+    return answers
+
+
 def _rope(cfg: dict[str, Any], max_pos: int, where: str) -> dict[str, Any]:
     """rope_theta and the RoPE scaling fields, from transformers 5 `rope_parameters` (flat,
     or per layer type) or 4.x `rope_theta` + `rope_scaling`; rope_scaling wins over
     rope_parameters as in transformers' `convert_rope_params_to_dict`, so two that differ
     in kind are refused as contradictory."""
     theta, theta_from = cfg.get("rope_theta"), "rope_theta"
+    default_theta = _DEFAULT_THETA.get(cfg["model_type"], 10000.0)
     if theta is not None:
         _positive_float(theta, "rope_theta", where)
     _check_partial(cfg, "partial_rotary_factor", where)
@@ -291,7 +417,7 @@ def _rope(cfg: dict[str, Any], max_pos: int, where: str) -> dict[str, Any]:
                 f"{chosen[2]!r}"
             )
         chosen = (field, spec, kind)
-    rope: dict[str, Any] = {"rope_theta": 10000.0 if theta is None else float(theta)}
+    rope: dict[str, Any] = {"rope_theta": default_theta if theta is None else float(theta)}
     field, spec, kind = chosen or ("rope_parameters", {}, "default")
     if kind == "default":
         return {**rope, "rope_scaling": "none"}

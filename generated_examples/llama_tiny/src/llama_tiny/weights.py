@@ -3,7 +3,7 @@
 Paths only: nothing is ever downloaded. config.json is read by hf_config.py, the same
 reader `ascend-scaffold new model --from-hf-config` uses, then checked against the
 architecture this package was rendered with. HF parameter names are mapped to this
-package's (q/k/v fused into `qkv_proj`, gate/up into `gate_up_proj`). Every problem with
+package's by weight_map.py. Every problem with
 the files raises CheckpointError (a ValueError) naming the file, and the tensor with both
 shapes when one does not fit; keys that do not match are listed, missing and unexpected.
 
@@ -25,9 +25,13 @@ from .extensions import weight_name_overrides
 from .hf_config import HFConfigError, load_json, read_hf_config
 from .inference_config import InputError
 from .modeling import Transformer
+from .weight_map import Source, sources
 
 # The architecture baked into modeling.py when this package was rendered.
+FAMILY = "dense"
 ROPE_SCALING = "none"
+QK_NORM = False
+ATTENTION_BIAS = False
 MODEL_TYPES: tuple[str, ...] = ("llama", "mistral")
 
 # Buffers older transformers releases saved with the weights (LlamaRotaryEmbedding's
@@ -57,7 +61,21 @@ def model_args_from_hf(path: str | Path, max_seq_len: int | None = None) -> Mode
             f"{', '.join(MODEL_TYPES) or 'none'})"
         )
     fields = dict(hf.architecture)
-    del fields["qk_norm"], fields["attention_bias"]  # decided by model_type, checked above
+    baked = {
+        "family": FAMILY,
+        "qk_norm": QK_NORM,
+        "attention_bias": ATTENTION_BIAS,
+    }
+    found = {
+        "family": fields.pop("family"),
+        "qk_norm": fields.pop("qk_norm"),
+        "attention_bias": fields.pop("attention_bias"),
+    }
+    for what, value in found.items():
+        if value != baked[what]:
+            raise CheckpointError(
+                f"{hf.file}: {what} {value!r} does not match this package's {baked[what]!r}"
+            )
     kind = fields.pop("rope_scaling")
     if kind != ROPE_SCALING:
         raise CheckpointError(
@@ -70,18 +88,6 @@ def model_args_from_hf(path: str | Path, max_seq_len: int | None = None) -> Mode
         return ModelArgs(**fields, max_seq_len=max_seq_len)
     except ValueError as exc:  # ModelArgs' own checks
         raise CheckpointError(f"{hf.file}: {exc}") from None
-
-
-def hf_names(name: str) -> list[str]:
-    """The HF checkpoint key(s) one package parameter is made of, in concatenation order."""
-    if name == "lm_head.weight":
-        return [name]
-    hf = f"model.{name}"
-    if ".self_attn.qkv_proj." in hf:
-        return [hf.replace(".qkv_proj.", f".{p}_proj.") for p in ("q", "k", "v")]
-    if ".mlp.gate_up_proj." in hf:
-        return [hf.replace(".gate_up_proj.", f".{p}_proj.") for p in ("gate", "up")]
-    return [hf]
 
 
 def checkpoint_files(path: str | Path) -> dict[str, Path]:
@@ -142,35 +148,32 @@ def _get_tensor(handle, key: str, file: Path) -> torch.Tensor:
         raise _unreadable(file, exc) from None
 
 
-def _piece_shapes(name: str, param: nn.Parameter, args: ModelArgs) -> list[tuple[int, ...]]:
-    """The shape each HF tensor of `hf_names(name)` must have (fused ones split on dim 0)."""
-    rest = tuple(param.shape[1:])
-    if ".self_attn.qkv_proj." in name:
-        q = args.num_attention_heads * args.head_dim
-        kv = args.num_key_value_heads * args.head_dim
-        return [(q, *rest), (kv, *rest), (kv, *rest)]
-    if ".mlp.gate_up_proj." in name:
-        return [(args.intermediate_size, *rest)] * 2
-    return [tuple(param.shape)]
-
-
 def _listing(keys: set[str]) -> str:
     shown = sorted(keys)[:_MAX_LISTED]
     more = len(keys) - len(shown)
     return ", ".join(shown) + (f", ... ({more} more)" if more else "")
 
 
+def _chosen(candidates: list[Source], available: dict[str, Path]) -> Source:
+    """The first source the checkpoint holds every key of; else the preferred one (whose
+    keys are then reported missing)."""
+    return next((c for c in candidates if all(k in available for k in c.keys)), candidates[0])
+
+
 def _checkpoint_tensors(model: Transformer, path: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
     """(parameter name, tensor) for every parameter of `model` (a tied lm_head once, as
-    embed_tokens), q/k/v and gate/up concatenated, each checked against the parameter's
-    shape (a meta-device model has them too); mismatched keys are listed first."""
+    embed_tokens), assembled as weight_map.py says, each HF tensor checked against the shape
+    it must have (a meta-device model has them too); mismatched keys are listed first."""
     stored = checkpoint_files(path)
     overrides = weight_name_overrides()  # user hook: stored name -> HF name
     original = {overrides.get(k, k): k for k in stored}
     files = {overrides.get(k, k): file for k, file in stored.items()}
     params = dict(model.named_parameters())
-    sources = {name: hf_names(name) for name in params}
-    needed = {key for keys in sources.values() for key in keys}
+    chosen = {
+        name: _chosen(sources(name, tuple(param.shape), model.args), files)
+        for name, param in params.items()
+    }
+    needed = {key for source in chosen.values() for key in source.keys}
     ignored = {k for k in files if k.endswith(_IGNORED_SUFFIXES)}
     if model.args.tie_word_embeddings:
         ignored.add("lm_head.weight")
@@ -185,10 +188,9 @@ def _checkpoint_tensors(model: Transformer, path: str | Path) -> Iterator[tuple[
         handles = {
             file: stack.enter_context(_open(file)) for file in sorted({files[k] for k in needed})
         }
-        for name, param in params.items():
+        for name, source in chosen.items():
             pieces = []
-            shapes = _piece_shapes(name, param, model.args)
-            for key, shape in zip(sources[name], shapes, strict=True):
+            for key, shape in zip(source.keys, source.shapes, strict=True):
                 piece = _get_tensor(handles[files[key]], original[key], files[key])
                 if tuple(piece.shape) != shape:
                     raise CheckpointError(
@@ -196,7 +198,7 @@ def _checkpoint_tensors(model: Transformer, path: str | Path) -> Iterator[tuple[
                         f"this model needs {shape} (for {name})"
                     )
                 pieces.append(piece)
-            yield name, pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)
+            yield name, source.assemble(pieces)
 
 
 @torch.no_grad()

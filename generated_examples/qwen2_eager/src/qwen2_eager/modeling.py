@@ -27,7 +27,7 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
         self.self_attn = Attention(args, ops)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
-        self.mlp = MLP(args)
+        self.mlp = MLP(args.hidden_size, args.intermediate_size)
 
     def forward(self, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         h = x + self.self_attn(self.input_layernorm(x), meta)

@@ -3,15 +3,13 @@
 import torch
 from torch import nn
 
-from ..architecture import ModelArgs
-
 
 class MLP(nn.Module):
-    def __init__(self, args: ModelArgs):
+    def __init__(self, hidden_size: int, intermediate_size: int):
         super().__init__()
-        self.intermediate_size = args.intermediate_size
-        self.gate_up_proj = nn.Linear(args.hidden_size, 2 * args.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
+        self.intermediate_size = intermediate_size
+        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)

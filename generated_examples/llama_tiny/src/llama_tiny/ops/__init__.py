@@ -4,7 +4,8 @@
 same maths in plain torch, with attention as a custom op of the same signature so
 dynamo sees the same graph (one node taking SymInt[] or Tensor lengths).
 
-Every backend module provides: rms_norm, apply_rotary, scatter_update_, attention.
+Every backend module provides: rms_norm, apply_rotary, scatter_update_, attention; a MoE
+package's also moe_gating_top_k_softmax and moe_experts.
 """
 
 from __future__ import annotations

@@ -1,0 +1,9 @@
+"""A dense GQA decoder with eager prefill and a graph-compiled decode.
+
+Rendered by ascend-scaffold as mixtral_ge.
+"""
+
+from .architecture import ModelArgs
+from .modeling import Transformer
+
+__all__ = ["ModelArgs", "Transformer"]

@@ -1,0 +1,66 @@
+"""Sparse MoE block: top-k softmax routing over routed SwiGLU experts.
+
+The dataflow of cann-recipes-infer's models/qwen3_moe/models/modeling_qwen3_moe.py
+(`Qwen3MoeSparseMoeBlock`, `moe_infer_tp`): router logits in float32, top-k softmax,
+renormalised when norm_topk_prob, then `ops.moe_experts` dispatches the tokens by expert,
+runs two grouped matmuls with SwiGLU between and combines the weighted results (npu: the
+torch_npu fused MoE ops; portable: the same maths in plain torch). Every tensor is sized by
+tokens x top-k or by the expert count, so one decode graph serves every routing.
+
+Expert parallelism is not rendered. It would shard `RoutedExperts` over ranks and swap the
+dispatch/combine inside `ops.moe_experts` for npu_moe_distribute_dispatch_v2/_combine_v2
+(cann-recipes-infer `moe_infer_dispatch_combine`); the router and this module stay as they are.
+"""
+
+from types import ModuleType
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..architecture import ModelArgs
+
+
+class RoutedExperts(nn.Module):
+    """Every expert's SwiGLU weights stacked in the grouped matmul's [E, K, N] layout, as
+    cann-recipes-infer's module/fuse_moe_gmm.py keeps them after loading: w13 is gate | up,
+    [E, hidden, 2 * moe_intermediate]; w2 is [E, moe_intermediate, hidden]."""
+
+    def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int):
+        super().__init__()
+        self.w13_weight = nn.Parameter(torch.empty(num_experts, hidden_size, 2 * intermediate_size))
+        self.w2_weight = nn.Parameter(torch.empty(num_experts, intermediate_size, hidden_size))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """nn.Linear's default init per expert: uniform in +-1/sqrt(in_features)."""
+        for weight in (self.w13_weight, self.w2_weight):
+            bound = weight.shape[1] ** -0.5
+            nn.init.uniform_(weight, -bound, bound)
+
+
+class SparseMoeBlock(nn.Module):
+    def __init__(self, args: ModelArgs, ops: ModuleType):
+        super().__init__()
+        self.ops = ops
+        self.top_k = args.num_experts_per_tok
+        self.norm_topk_prob = args.norm_topk_prob
+        self.gate = nn.Linear(args.hidden_size, args.num_experts, bias=False)  # the router
+        self.experts = RoutedExperts(args.num_experts, args.hidden_size, args.moe_intermediate_size)
+
+    def route(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weights float32 [T, k], expert ids int32 [T, k]) for tokens [T, hidden]."""
+        logits = F.linear(tokens.float(), self.gate.weight.float())  # float32, as the recipes
+        weights, expert_ids = self.ops.moe_gating_top_k_softmax(logits, self.top_k)
+        if self.norm_topk_prob:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        return weights, expert_ids
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.reshape(-1, x.shape[-1])
+        weights, expert_ids = self.route(tokens)
+        shared = None
+        out = self.ops.moe_experts(
+            tokens, expert_ids, weights, self.experts.w13_weight, self.experts.w2_weight, shared
+        )
+        return out.view(x.shape)

@@ -1,0 +1,276 @@
+"""Run warm-up, eager prefill and compiled decode; report timings.
+
+    python -m mixtral_ge.runner \\
+        --config config/mixtral_ge.yaml
+
+Weights are random unless model_config.model_path names a local HF checkpoint directory
+and model_config.with_ckpt is true (as in cann-recipes-infer); --prompt needs the
+checkpoint's tokenizer (transformers or tokenizers installed), --token-ids does not.
+
+Exits 1 if decode compiled again after warm-up (a recompile on the hot path). Bad input
+(flags, config, checkpoint, prompt, lengths that do not fit the KV cache) exits 2 with one
+`error:` line on stderr, before the model is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+from . import ops
+from .architecture import ModelArgs
+from .graph import PORTABLE_BACKENDS, compile_decode, graph_break_count, graph_count
+from .inference_config import (
+    NEW_TOKENS_KEY,
+    PROMPT_KEY,
+    ConfigError,
+    InferenceConfig,
+    InputError,
+    check_fits,
+    load_config,
+    set_task_queue_env,
+)
+from .metadata import decode_inputs, prefill_inputs
+from .modeling import Transformer
+from .sampling import TokenSampler
+from .tokenizer import prompt_ids
+from .weights import load_pretrained, model_args_from_hf
+
+# Model dtypes the fused attention takes on A3 (npu_fused_infer_attention_score in
+# torch_npu/_op_plugin_docs.py; int8 is for quantised KV only).
+NPU_DTYPES = ("float16", "bfloat16")
+
+
+@dataclass
+class RunReport:
+    compile_s: float
+    prefill_ms: float
+    decode_ms: list[float]
+    warmup_graphs: int
+    recompiles: int
+    graph_breaks: int
+    tokens: torch.Tensor
+
+    def summary(self) -> str:
+        median = statistics.median(self.decode_ms)
+        return (
+            f"warm-up (compile) {self.compile_s:.2f} s, graphs {self.warmup_graphs}\n"
+            f"prefill {self.prefill_ms:.2f} ms\n"
+            f"decode median {median:.2f} ms/token over {len(self.decode_ms)} steps\n"
+            f"recompiles after warm-up {self.recompiles}, graph breaks {self.graph_breaks}"
+        )
+
+
+def build_model(args: ModelArgs, config: InferenceConfig, device: torch.device) -> Transformer:
+    backend = "npu" if device.type == "npu" else "portable"
+    dtype = getattr(torch, config.model_config.dtype)
+    torch.manual_seed(config.data_config.seed or 0)
+    model = Transformer(args, ops.load(backend)).to(device=device, dtype=dtype).eval()
+    model.setup_caches(config.scheduler_config.batch_size)
+    return model
+
+
+def cache_len(model: Transformer) -> int:
+    """Positions the KV cache (and RoPE table) hold: host ints from shapes, no device sync."""
+    caches = [layer.self_attn.kv_cache.k_cache.shape[2] for layer in model.layers[:1]]
+    return min([model.args.max_seq_len, *caches])
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "npu":
+        torch.npu.synchronize()
+
+
+def _timed(fn, device):
+    _sync(device)
+    start = time.perf_counter()
+    out = fn()
+    _sync(device)
+    return out, (time.perf_counter() - start) * 1e3
+
+
+@torch.inference_mode()
+def run(
+    model: Transformer,
+    config: InferenceConfig,
+    prompt_len: int,
+    steps: int,
+    portable_backend: str = "aot_eager",
+    prompt: torch.Tensor | None = None,
+) -> RunReport:
+    """Generation (greedy, or sampled on the host as data_config asks): one warm-up pass
+    (compiles decode), then a timed pass.
+
+    Prefill writes KV-cache positions [0, prompt_len), decode step i position prompt_len + i
+    (the warm-up pass writes the same positions again), so prompt_len + steps must be
+    <= max_seq_len; else InputError before anything runs.
+    """
+    device = model.embed_tokens.weight.device
+    batch = config.scheduler_config.batch_size
+    if prompt is not None:
+        prompt_len = prompt.shape[1]
+    max_seq_len = cache_len(model)
+    if prompt_len < 1 or steps < 1:
+        raise InputError(f"prompt_len ({prompt_len}) and steps ({steps}) must be >= 1")
+    check_fits(prompt_len, steps, max_seq_len, "prompt_len", "steps")
+    tensor_lengths = config.model_config.tensor_lengths
+    if prompt is None:
+        prompt = torch.randint(0, model.args.vocab_size, (batch, prompt_len), device=device)
+    prompt = prompt.to(device)
+    decode = compile_decode(model, config.model_config, portable_backend)
+
+    def generate(n_steps: int, timings: list[float] | None = None):
+        choose = TokenSampler.from_config(config.data_config)  # the same seed every pass
+        logits = model.prefill(**prefill_inputs(prompt, max_seq_len).as_kwargs())
+        tokens = [choose(logits)]
+        kv_len = [prompt_len] * batch
+        for _ in range(n_steps):
+            step = decode_inputs(tokens[-1], kv_len, tensor_lengths, max_seq_len)
+            logits, ms = _timed(lambda s=step: decode(**s.as_kwargs()), device)
+            if timings is not None:
+                timings.append(ms)
+            tokens.append(choose(logits))
+            kv_len = [n + 1 for n in kv_len]
+        return torch.cat(tokens, dim=1)
+
+    graphs_before, breaks_before = graph_count(), graph_break_count()
+    start = time.perf_counter()
+    generate(1)
+    compile_s = time.perf_counter() - start
+    warmup_graphs = graph_count() - graphs_before
+
+    prefill = prefill_inputs(prompt, max_seq_len)
+    _, prefill_ms = _timed(lambda: model.prefill(**prefill.as_kwargs()), device)
+    decode_ms: list[float] = []
+    tokens = generate(steps, decode_ms)
+    return RunReport(
+        compile_s=compile_s,
+        prefill_ms=prefill_ms,
+        decode_ms=decode_ms,
+        warmup_graphs=warmup_graphs,
+        recompiles=graph_count() - graphs_before - warmup_graphs,
+        graph_breaks=graph_break_count() - breaks_before,
+        tokens=tokens,
+    )
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one `error:` line on stderr (exit 2), like every other
+    bad input of the runner."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = _Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="YAML inference config")
+    parser.add_argument(
+        "--steps", type=_positive_int, help="decode steps (default: max_new_tokens)"
+    )
+    parser.add_argument("--prompt-len", type=_positive_int, help="default: input_truncated_len")
+    parser.add_argument("--portable-backend", choices=PORTABLE_BACKENDS, default="aot_eager")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--prompt", help="text prompt (needs the checkpoint's tokenizer)")
+    source.add_argument("--token-ids", help="prompt token ids, e.g. 1,15043,29892")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the config; bad input of any kind -> one `error:` line on stderr, exit 2."""
+    args = parser().parse_args(argv)
+    try:
+        return _main(args)
+    except (InputError, OSError, ImportError) as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+
+
+def _main(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    model_config = config.model_config
+    # the architecture first (config.json only): lengths and prompt are checked against it
+    # before any weight is loaded or memory allocated
+    if model_config.model_path:
+        model_args = model_args_from_hf(model_config.model_path)
+    else:
+        model_args = ModelArgs()
+    prompt, tokenizer = prompt_ids(
+        model_path=model_config.model_path,
+        prompt=args.prompt,
+        token_ids=args.token_ids,
+        batch_size=config.scheduler_config.batch_size,
+        vocab_size=model_args.vocab_size,
+    )
+    if prompt is not None:
+        prompt_len = prompt.shape[1]
+        prompt_key = "--prompt" if args.prompt is not None else "--token-ids"
+        prompt_key += " length"
+    elif args.prompt_len is not None:
+        prompt_len, prompt_key = args.prompt_len, "--prompt-len"
+    else:
+        prompt_len, prompt_key = config.data_config.input_truncated_len, PROMPT_KEY
+    if args.steps is not None:
+        steps, steps_key = args.steps, "--steps"
+    else:
+        steps, steps_key = config.scheduler_config.max_new_tokens, NEW_TOKENS_KEY
+    check_fits(prompt_len, steps, model_args.max_seq_len, prompt_key, steps_key)
+
+    set_task_queue_env(model_config)
+    device = torch.device("npu" if ops.npu_available() else "cpu")
+    if device.type == "npu" and model_config.dtype not in NPU_DTYPES:
+        raise ConfigError(
+            f"model_config.dtype {model_config.dtype} runs on CPU only: the fused attention on "
+            f"{model_config.platform_version} takes {'/'.join(NPU_DTYPES)}"
+        )
+    if model_config.with_ckpt:  # config validation: with_ckpt needs a model_path
+        model = load_pretrained(
+            model_config.model_path,
+            ops.load("npu" if device.type == "npu" else "portable"),
+            dtype=model_config.dtype,
+            device=device,
+            batch_size=config.scheduler_config.batch_size,
+        )
+    else:  # random weights; the architecture from config.json when model_path is set
+        model = build_model(model_args, config, device)
+    mode = model_config.exe_mode
+    if device.type == "cpu" and mode != "eager":
+        mode += f" (portable {args.portable_backend} backend on CPU, not an NPU graph)"
+    print(f"device {device}, exe_mode {mode}, dynamic={model_config.dynamic}")
+    report = run(
+        model,
+        config,
+        prompt_len=prompt_len,
+        steps=steps,
+        portable_backend=args.portable_backend,
+        prompt=prompt,
+    )
+    print(report.summary())
+    generated = report.tokens[0].tolist()
+    print(f"tokens {generated}")
+    if tokenizer is not None:
+        print(f"text {tokenizer.decode(generated)!r}")
+    if report.recompiles:
+        print("error: decode recompiled after warm-up", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

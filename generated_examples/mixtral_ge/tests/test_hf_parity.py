@@ -1,0 +1,208 @@
+"""Parity with transformers on tiny random HF checkpoints, built offline with save_pretrained.
+
+For each model_type this package runs (weights.MODEL_TYPES), with the RoPE scaling it was
+rendered with (none), the package's prefill logits and STEPS greedy decode
+steps (eager decode and compiled decode) match transformers' `generate` in fp32 within
+rtol=atol=1e-4, and the greedy tokens are identical. transformers is a test-only
+dependency: without it these tests are skipped.
+"""
+
+from importlib.util import find_spec
+
+import pytest
+import torch
+from conftest import RENDERED_CONFIG, compile_config, greedy
+
+from mixtral_ge import (
+    ops,
+)
+from mixtral_ge.graph import (
+    compile_decode,
+)
+from mixtral_ge.modeling import (
+    Transformer,
+)
+from mixtral_ge.weights import (
+    MODEL_TYPES,
+    CheckpointError,
+    load_checkpoint,
+    load_pretrained,
+    model_args_from_hf,
+)
+
+pytestmark = pytest.mark.skipif(
+    find_spec("transformers") is None or find_spec("safetensors") is None,
+    reason="HF parity needs the test-only dependencies transformers and safetensors",
+)
+
+STEPS = 8
+BATCH = 2
+PROMPT_LEN = 8
+RTOL = ATOL = 1e-4  # fp32 logits
+TINY = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    initializer_range=0.1,
+)
+# A tiny config of each model_type this package runs, with what real checkpoints of that
+# type use.
+# MoE: 8 experts, top-2, 3 layers; Qwen3-MoE and Qwen2-MoE mix dense and MoE layers.
+MOE = dict(num_experts_per_tok=2, moe_intermediate_size=32, num_hidden_layers=3)
+CONFIGS = {
+    "mixtral": ("MixtralConfig", dict(**MOE, num_local_experts=8, intermediate_size=32)),
+}
+ROPE_FIELDS: dict = {}  # no RoPE scaling
+# For the refusal test: a checkpoint with RoPE scaling this package was not rendered with.
+OTHER_ROPE_FIELDS = {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}
+OTHER_ROPE_SCALING = "linear"
+TYPES = list(CONFIGS) or [
+    pytest.param("none", marks=pytest.mark.skip(reason="no HF model_type fits this package"))
+]
+
+
+def hf_model(model_type: str):
+    import transformers
+
+    name, extra = CONFIGS[model_type]
+    config = getattr(transformers, name)(**{**TINY, **extra}, **ROPE_FIELDS)
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+
+
+def prompt() -> torch.Tensor:
+    generator = torch.Generator().manual_seed(3)
+    return torch.randint(0, TINY["vocab_size"], (BATCH, PROMPT_LEN), generator=generator)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """model_type -> (checkpoint dir, transformers' per-step logits, greedy tokens)."""
+    made = {}
+
+    def get(model_type: str):
+        if model_type not in made:
+            path = tmp_path_factory.mktemp(model_type)
+            model = hf_model(model_type)
+            model.save_pretrained(path)
+            ids = prompt()
+            with torch.inference_mode():
+                out = model.generate(
+                    ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=STEPS + 1,
+                    do_sample=False,
+                    output_logits=True,
+                    return_dict_in_generate=True,
+                    eos_token_id=None,  # never stop early: compare every step
+                    pad_token_id=0,
+                )
+            made[model_type] = (path, torch.stack(out.logits, 1), out.sequences[:, PROMPT_LEN:])
+        return made[model_type]
+
+    return get
+
+
+def decode_config():
+    """The package's own compiled mode (a host-list npugraph_ex config if it renders eager)."""
+    config = RENDERED_CONFIG
+    return compile_config("npugraph_ex", False) if config.exe_mode == "eager" else config
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager-decode", "compiled-decode"])
+@pytest.mark.parametrize("model_type", TYPES)
+def test_matches_transformers(checkpoints, model_type, compiled):
+    path, ref_logits, ref_tokens = checkpoints(model_type)
+    model = load_pretrained(path, ops.load("portable"), dtype=torch.float32, batch_size=BATCH)
+    config = decode_config()
+    decode = compile_decode(model, config) if compiled else model.decode
+    steps = greedy(model, decode, prompt(), STEPS, config.tensor_lengths)
+    logits = torch.cat(steps, dim=1)  # (batch, STEPS + 1, vocab): prefill, then each decode
+    assert logits.shape == ref_logits.shape
+    for step in range(STEPS + 1):
+        torch.testing.assert_close(
+            logits[:, step], ref_logits[:, step], rtol=RTOL, atol=ATOL, msg=f"step {step}"
+        )
+    assert torch.equal(logits.argmax(-1), ref_tokens)
+
+
+@pytest.mark.parametrize("model_type", TYPES[:1])
+def test_sharded_checkpoint_loads_the_same_weights(checkpoints, model_type, tmp_path):
+    path, _, _ = checkpoints(model_type)
+    hf_model(model_type).save_pretrained(tmp_path, max_shard_size="40KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    single = load_pretrained(path, ops.load("portable"))
+    sharded = load_pretrained(tmp_path, ops.load("portable"))
+    for (name, a), (_, b) in zip(
+        single.state_dict().items(), sharded.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("model_type", TYPES[:1])
+def test_mismatch_lists_missing_and_unexpected_keys(checkpoints, model_type, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    path, _, _ = checkpoints(model_type)
+    (tmp_path / "config.json").write_text((path / "config.json").read_text())
+    tensors = load_file(path / "model.safetensors")
+    del tensors["model.layers.1.self_attn.k_proj.weight"]
+    tensors["model.layers.0.mlp.extra.weight"] = torch.zeros(1)
+    save_file(tensors, tmp_path / "model.safetensors")
+    model = load_pretrained(path, ops.load("portable"))
+    with pytest.raises(ValueError, match="missing 1: model.layers.1.self_attn.k_proj.weight") as e:
+        load_checkpoint(model, tmp_path)
+    assert "unexpected 1: model.layers.0.mlp.extra.weight" in str(e.value)
+
+
+def test_loaded_model_is_built_on_meta_then_materialized(checkpoints):
+    """load_pretrained builds on the meta device and assigns the checkpoint's tensors: none
+    is left on meta, all are in the asked dtype, a tied lm_head stays one tensor, and the RoPE
+    tables equal those of a model built on the device."""
+    if not CONFIGS:
+        pytest.skip("no HF model_type fits this package")
+    path, _, _ = checkpoints(TYPES[0])
+    model = load_pretrained(path, ops.load("portable"), dtype=torch.bfloat16)
+    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    assert [name for name, tensor in tensors.items() if tensor.is_meta] == []
+    assert {tensor.dtype for tensor in tensors.values()} == {torch.bfloat16}
+    if model.args.tie_word_embeddings:
+        assert model.lm_head.weight is model.embed_tokens.weight
+    reference = Transformer(model.args, ops.load("portable")).to(torch.bfloat16)
+    for name, buffer in reference.named_buffers():
+        assert torch.equal(tensors[name], buffer), name
+
+
+def test_configs_are_this_packages_model_types():
+    assert tuple(CONFIGS) == MODEL_TYPES
+
+
+def test_unsupported_model_types_are_refused(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+    with pytest.raises(CheckpointError, match="model_type 'gpt2' is not supported"):
+        model_args_from_hf(tmp_path)
+
+
+def test_another_architecture_is_refused(tmp_path):
+    from transformers import Qwen3Config
+
+    Qwen3Config(**TINY).save_pretrained(tmp_path)
+    message = "model_type 'qwen3' cannot run on this package"
+    with pytest.raises(CheckpointError, match=message):
+        model_args_from_hf(tmp_path)
+
+
+@pytest.mark.parametrize("model_type", TYPES[:1])
+def test_another_rope_scaling_is_refused(model_type, tmp_path):
+    import transformers
+
+    name, extra = CONFIGS[model_type]
+    config = getattr(transformers, name)(**{**TINY, **extra}, **OTHER_ROPE_FIELDS)
+    config.save_pretrained(tmp_path)
+    message = f"RoPE scaling '{OTHER_ROPE_SCALING}' does not match this package's rope_scaling="
+    with pytest.raises(CheckpointError, match=message):
+        model_args_from_hf(tmp_path)

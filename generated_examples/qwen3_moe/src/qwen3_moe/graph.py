@@ -1,0 +1,122 @@
+"""The compile seam: `compile_decode` per exe_mode. Prefill is never compiled.
+
+On a host without an NPU, decode compiles with a portable torch backend instead
+(aot_eager by default). That is a CPU stand-in for checking graph capture, graph
+breaks and recompiles; it is labelled as such and never reported as npugraph_ex/GE.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch._dynamo.utils import counters
+
+from .inference_config import ModelConfig
+from .modeling import Transformer
+from .ops import npu_available
+
+log = logging.getLogger(__name__)
+
+PORTABLE_BACKENDS = ("aot_eager", "inductor", "eager")
+
+# Inductor's runtime checks of each fallback kernel's output (size/stride, alignment):
+# per-call host work in the generated wrapper, not maths; the CPU stand-in skips them.
+PORTABLE_INDUCTOR_OPTIONS = {"size_asserts": False, "alignment_asserts": False}
+
+# npugraph_ex options for LLM decode: the option keys torch_npu's npugraph_ex config accepts
+# (torch_npu/dynamo/npugraph_ex/), with frozen_parameter as cann-recipes-infer's model runners set.
+NPUGRAPH_EX_OPTIONS = {
+    "inplace_pass": True,
+    "input_inplace_pass": True,
+    "pattern_fusion_pass": True,
+    "reuse_graph_pool_in_same_fx": True,
+    "clone_input": True,
+    "clone_output": False,
+    "remove_noop_ops": True,
+    "frozen_parameter": True,
+}
+
+
+def compile_decode(
+    model: Transformer, config: ModelConfig, portable_backend: str = "aot_eager"
+) -> Callable:
+    """Return `model.decode`, compiled as `config.exe_mode` asks (eager: not at all)."""
+    if config.exe_mode == "eager":
+        return model.decode
+    if not npu_available():
+        if portable_backend not in PORTABLE_BACKENDS:
+            raise ValueError(f"portable backend must be one of {PORTABLE_BACKENDS}")
+        log.warning(
+            "no NPU: decode compiles with the portable %r backend (dynamic=%s), "
+            "a CPU stand-in for %s",
+            portable_backend,
+            config.dynamic,
+            config.exe_mode,
+        )
+        return torch.compile(  # graph-ok: npu-backend (CPU stand-in, never used on an NPU)
+            model.decode,
+            backend=portable_backend,
+            fullgraph=True,
+            **portable_compile_kwargs(config, portable_backend),
+        )
+    cache_dir = str(Path(config.output_path or "output") / "compile_cache")
+    if config.exe_mode == "npugraph_ex":
+        return _compile_npugraph_ex(model, config, cache_dir)
+    return _compile_ge(model, config, cache_dir)
+
+
+def portable_compile_kwargs(config: ModelConfig, portable_backend: str = "inductor") -> dict:
+    """`dynamic` (the exe_mode's: host-list lengths stay SymInts, one graph for every step)
+    and, for inductor, its options; what `compile_decode` passes on a host without an NPU."""
+    kwargs: dict = {"dynamic": config.dynamic}
+    if portable_backend == "inductor":
+        kwargs["options"] = dict(PORTABLE_INDUCTOR_OPTIONS)
+    return kwargs
+
+
+def _compile_npugraph_ex(model: Transformer, config: ModelConfig, cache_dir: str) -> Callable:
+    options = {**NPUGRAPH_EX_OPTIONS, "static_kernel_compile": config.enable_static_kernel}
+    if config.enable_cache_compile:
+        return torch.npu.npugraph_ex.inference.cache_compile(
+            model.decode, cache_dir=cache_dir, dynamic=config.dynamic, options=options
+        )
+    return torch.compile(
+        model.decode, backend="npugraph_ex", fullgraph=True, dynamic=config.dynamic, options=options
+    )
+
+
+def _compile_ge(model: Transformer, config: ModelConfig, cache_dir: str) -> Callable:
+    import torchair
+
+    compiler_config = torchair.CompilerConfig()
+    experimental = compiler_config.experimental_config
+    experimental.frozen_parameter = True
+    experimental.tiling_schedule_optimize = True
+    experimental.topology_sorting_strategy = "StableRDFS"
+    if config.enable_cache_compile:
+        # The cache compiler always captures a full graph (torchair/inference/
+        # _cache_compiler.py); a `fullgraph=` here would vanish into its **kwargs.
+        return torchair.inference.cache_compile(
+            model.decode,
+            cache_dir=cache_dir,
+            config=compiler_config,
+            dynamic=False,
+            ge_cache=True,
+        )
+    backend = torchair.get_npu_backend(compiler_config=compiler_config)
+    # Static graph: ge_graph decode gets Tensor lengths (fa_interface=torchair, validated).
+    return torch.compile(  # graph-ok: fa-list-static
+        model.decode, backend=backend, fullgraph=True, dynamic=False
+    )
+
+
+def graph_count() -> int:
+    """Graphs dynamo has compiled in this process; a rise after warm-up is a recompile."""
+    return counters["stats"]["unique_graphs"]
+
+
+def graph_break_count() -> int:
+    return sum(counters["graph_break"].values())

@@ -1,0 +1,44 @@
+"""Preallocated KV cache, written in place.
+
+Layout BNSD: (batch, kv_heads, max_seq_len, head_dim). The buffers are allocated
+once, never reallocated or returned from the decode graph, so their addresses
+stay fixed across steps (graph capture replays on fixed addresses).
+"""
+
+from types import ModuleType
+
+import torch
+from torch import nn
+
+
+class KVCache(nn.Module):
+    def __init__(
+        self,
+        batch_size: int,
+        num_kv_heads: int,
+        max_seq_len: int,
+        head_dim: int,
+        ops: ModuleType,
+        dtype: torch.dtype,
+        device: torch.device | None = None,
+    ):
+        super().__init__()
+        self.ops = ops
+        shape = (batch_size, num_kv_heads, max_seq_len, head_dim)
+        self.register_buffer(
+            "k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
+        )
+        self.register_buffer(
+            "v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
+        )
+
+    def write_prefix(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Prefill (eager): positions [0, seq_len) of every row."""
+        seq_len = k.shape[2]
+        self.k_cache[:, :, :seq_len].copy_(k)
+        self.v_cache[:, :, :seq_len].copy_(v)
+
+    def update(self, kv_len: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Decode: row b's single new token goes to position kv_len[b]."""
+        self.ops.scatter_update_(self.k_cache, kv_len, k)
+        self.ops.scatter_update_(self.v_cache, kv_len, v)

@@ -1,0 +1,70 @@
+"""Grouped-query attention over the preallocated KV cache."""
+
+from types import ModuleType
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from ..architecture import ModelArgs
+from ..kv_cache import KVCache
+from ..ops import Lengths
+from .norm import RMSNorm
+
+
+class AttentionMetadata(NamedTuple):
+    """What changes between steps, passed down every layer as one object (the role of
+    cann-recipes-infer's ForwardMetaData); each field is a graph input, not a constant."""
+
+    cos: torch.Tensor  # (batch, seq_len, 1, head_dim)
+    sin: torch.Tensor
+    kv_len: torch.Tensor  # (batch,) tokens already cached = decode write position
+    actual_seq_lengths_q: Lengths
+    actual_seq_lengths_kv: Lengths
+    is_prefill: bool  # a Python bool: prefill and decode are separate graphs
+
+
+class Attention(nn.Module):
+    def __init__(self, args: ModelArgs, ops: ModuleType):
+        super().__init__()
+        self.ops = ops
+        self.num_heads = args.num_attention_heads
+        self.num_kv_heads = args.num_key_value_heads
+        self.head_dim = args.head_dim
+        self.scale = args.head_dim**-0.5
+        self.qkv_sizes = [
+            n * args.head_dim for n in (self.num_heads, self.num_kv_heads, self.num_kv_heads)
+        ]
+        self.qkv_proj = nn.Linear(args.hidden_size, sum(self.qkv_sizes), bias=False)
+        self.o_proj = nn.Linear(self.num_heads * args.head_dim, args.hidden_size, bias=False)
+        self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps, ops)
+        self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps, ops)
+        self.kv_cache: KVCache | None = None
+
+    def forward(self, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        bsz, seq_len, _ = x.shape
+        q, k, v = self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
+        q = q.view(bsz, seq_len, self.num_heads, self.head_dim)
+        k = k.view(bsz, seq_len, self.num_kv_heads, self.head_dim)
+        v = v.view(bsz, seq_len, self.num_kv_heads, self.head_dim)
+        q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.ops.apply_rotary(q, k, meta.cos, meta.sin)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # BNSD
+
+        if meta.is_prefill:
+            self.kv_cache.write_prefix(k, v)
+        else:
+            self.kv_cache.update(meta.kv_len, k, v)
+            k, v = self.kv_cache.k_cache, self.kv_cache.v_cache
+        out = self.ops.attention(
+            q,
+            k,
+            v,
+            meta.actual_seq_lengths_q,
+            meta.actual_seq_lengths_kv,
+            num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+            scale=self.scale,
+            causal=meta.is_prefill,
+        )
+        return self.o_proj(out.transpose(1, 2).reshape(bsz, seq_len, -1))

@@ -1,0 +1,112 @@
+"""GQA decoder with mixture-of-experts layers: prefill runs eager, only `decode` is compiled.
+
+Everything that changes between decode steps (positions, cache write index, sequence
+lengths, cos/sin) enters as an input, so one decode graph serves every step. The blocks
+live in layers/: norm.py, rope.py, attention.py, mlp.py, moe.py.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import torch
+from torch import nn
+
+from .architecture import ModelArgs
+from .kv_cache import KVCache
+from .layers.attention import Attention, AttentionMetadata
+from .layers.mlp import MLP
+from .layers.moe import SparseMoeBlock
+from .layers.norm import RMSNorm
+from .layers.rope import RotaryEmbedding
+from .ops import Lengths
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, args: ModelArgs, ops: ModuleType, layer_idx: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
+        self.self_attn = Attention(args, ops)
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
+        if layer_idx in args.moe_layers:
+            self.mlp = SparseMoeBlock(args, ops)
+        else:
+            self.mlp = MLP(args.hidden_size, args.intermediate_size)
+
+    def forward(self, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), meta)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Transformer(nn.Module):
+    def __init__(self, args: ModelArgs, ops: ModuleType):
+        super().__init__()
+        self.args = args
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
+        self.layers = nn.ModuleList(
+            DecoderLayer(args, ops, i) for i in range(args.num_hidden_layers)
+        )
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
+        self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        if args.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        self.rotary = RotaryEmbedding(args)
+
+    def setup_caches(self, batch_size: int, max_seq_len: int | None = None) -> None:
+        """Allocate every layer's KV cache once, on the weights' device and dtype; decode
+        writes into it in place."""
+        max_seq_len = max_seq_len or self.args.max_seq_len
+        weight = self.embed_tokens.weight
+        for layer in self.layers:
+            attn = layer.self_attn
+            attn.kv_cache = KVCache(
+                batch_size,
+                attn.num_kv_heads,
+                max_seq_len,
+                attn.head_dim,
+                attn.ops,
+                dtype=weight.dtype,
+                device=weight.device,
+            )
+
+    def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """Logits of the last position of each row: (batch, 1, vocab)."""
+        h = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            h = layer(h, meta)
+        if meta.is_prefill:
+            h = h[:, -1:]
+        return self.lm_head(self.norm(h))
+
+    def _step(self, input_ids, position_ids, kv_len, lengths_q, lengths_kv, is_prefill):
+        if self.layers[0].self_attn.kv_cache is None:
+            raise RuntimeError("no KV cache: call model.setup_caches(batch_size) first")
+        cos, sin = self.rotary(position_ids)
+        meta = AttentionMetadata(cos, sin, kv_len, lengths_q, lengths_kv, is_prefill)
+        return self(input_ids, meta)
+
+    def prefill(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        kv_len: torch.Tensor,
+        actual_seq_lengths_q: Lengths,
+        actual_seq_lengths_kv: Lengths,
+    ) -> torch.Tensor:
+        """Eager: prompt lengths vary, so prefill is never compiled."""
+        return self._step(
+            input_ids, position_ids, kv_len, actual_seq_lengths_q, actual_seq_lengths_kv, True
+        )
+
+    def decode(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        kv_len: torch.Tensor,
+        actual_seq_lengths_q: Lengths,
+        actual_seq_lengths_kv: Lengths,
+    ) -> torch.Tensor:
+        """One token per row with fixed shapes: the method `graph.compile_decode` compiles."""
+        return self._step(
+            input_ids, position_ids, kv_len, actual_seq_lengths_q, actual_seq_lengths_kv, False
+        )

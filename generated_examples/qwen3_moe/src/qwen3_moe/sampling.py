@@ -1,0 +1,41 @@
+"""The next token, chosen on the host after the compiled decode: greedy at temperature 0,
+else sampled with temperature, top-k and top-p (nucleus), as transformers' logits warpers
+(`TemperatureLogitsWarper`, `TopKLogitsWarper`, `TopPLogitsWarper`) do. No random op enters
+the decode graph; a seeded CPU generator makes a run reproducible on any device."""
+
+from __future__ import annotations
+
+import torch
+
+from .inference_config import DataConfig
+
+
+class TokenSampler:
+    def __init__(self, temperature: float, top_k: int, top_p: float, seed: int | None):
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.generator = torch.Generator()
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(seed)
+
+    @classmethod
+    def from_config(cls, data: DataConfig) -> TokenSampler:
+        return cls(data.temperature, data.top_k, data.top_p, data.seed)
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits (batch, 1, vocab) -> next tokens (batch, 1), on the logits' device."""
+        if self.temperature == 0:
+            return logits.argmax(-1)
+        scores = logits[:, -1].float().cpu() / self.temperature
+        if self.top_k:
+            kth = scores.topk(min(self.top_k, scores.shape[-1])).values[:, -1:]
+            scores = scores.masked_fill(scores < kth, float("-inf"))
+        if self.top_p < 1:
+            ordered, order = scores.sort(dim=-1, descending=True)
+            probs = ordered.softmax(-1)
+            before = probs.cumsum(-1) - probs  # mass of the more likely tokens
+            ordered = ordered.masked_fill(before > self.top_p, float("-inf"))  # keeps the first
+            scores = torch.full_like(scores, float("-inf")).scatter(-1, order, ordered)
+        tokens = torch.multinomial(scores.softmax(-1), 1, generator=self.generator)
+        return tokens.to(logits.device)

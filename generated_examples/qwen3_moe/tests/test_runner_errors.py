@@ -1,0 +1,127 @@
+"""Bad input -> one `error:` line and exit 2, never a traceback; no step writes past the
+KV cache. CPU only, nothing compiled: every case stops before the model would run."""
+
+import json
+
+import pytest
+import torch
+from conftest import TINY, tiny_model
+
+from qwen3_moe.architecture import (
+    ModelArgs,
+)
+from qwen3_moe.inference_config import (
+    NEW_TOKENS_KEY,
+    PROMPT_KEY,
+    InferenceConfig,
+    InputError,
+)
+from qwen3_moe.metadata import (
+    CacheOverflowError,
+    decode_inputs,
+    prefill_inputs,
+)
+from qwen3_moe.runner import (
+    main,
+    run,
+)
+from qwen3_moe.weights import (
+    CheckpointError,
+    model_args_from_hf,
+)
+
+MAX_SEQ_LEN = ModelArgs().max_seq_len
+
+
+def one_error_line(err: str) -> str:
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.fixture
+def empty_config(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("")  # every key at its default
+    return path
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--steps", "-3"], "argument --steps: must be >= 1, got -3"),
+        (["--steps", "0"], "argument --steps: must be >= 1, got 0"),
+        (["--prompt-len", "0"], "argument --prompt-len: must be >= 1, got 0"),
+        (["--prompt-len", "x"], "argument --prompt-len: expected an integer"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(capsys, empty_config, flags, message):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--config", str(empty_config), *flags])
+    assert exit_.value.code == 2
+    assert message in one_error_line(capsys.readouterr().err)
+
+
+def test_bad_config_exits_2_naming_the_file(capsys, tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("model_config: [unclosed\n")
+    assert main(["--config", str(path)]) == 2
+    assert "broken.yaml: invalid YAML" in one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("flags", "yaml_text", "names"),
+    [
+        ([], "data_config:\n  input_truncated_len: {n}\n", [PROMPT_KEY, NEW_TOKENS_KEY]),
+        (["--prompt-len", "{n}", "--steps", "1"], "", ["--prompt-len", "--steps"]),
+        (["--token-ids", "{ids}", "--steps", "1"], "", ["--token-ids length", "--steps"]),
+    ],
+)
+def test_lengths_beyond_max_seq_len_exit_2(capsys, tmp_path, flags, yaml_text, names):
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml_text.format(n=MAX_SEQ_LEN))
+    ids = ",".join(["1"] * MAX_SEQ_LEN)
+    argv = ["--config", str(path), *(f.format(n=MAX_SEQ_LEN, ids=ids) for f in flags)]
+    assert main(argv) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert all(name in line for name in names), line
+    assert f"max_seq_len ({MAX_SEQ_LEN})" in line
+
+
+def test_run_refuses_lengths_that_do_not_fit():
+    model = tiny_model(batch=1)
+    config = InferenceConfig()
+    with pytest.raises(InputError, match=r"prompt_len \(90\) \+ steps \(7\) = 97"):
+        run(model, config, prompt_len=90, steps=7)  # TINY.max_seq_len 96: 90 + 6 fits
+
+
+def test_decode_refuses_a_step_past_the_cache():
+    tokens = torch.zeros(2, 1, dtype=torch.long)
+    last = TINY.max_seq_len - 1
+    step = decode_inputs(tokens, [last - 1, last], False, TINY.max_seq_len)  # last slot: fine
+    assert step.kv_len.tolist() == [last - 1, last]
+    with pytest.raises(CacheOverflowError, match=f"write position {TINY.max_seq_len}, cache"):
+        decode_inputs(tokens, [last, last + 1], False, TINY.max_seq_len)
+
+
+def test_prefill_refuses_a_prompt_longer_than_the_cache():
+    prefill_inputs(torch.zeros(1, 8, dtype=torch.long), 8)
+    with pytest.raises(CacheOverflowError, match=r"positions \[0, 9\), cache holds"):
+        prefill_inputs(torch.zeros(1, 9, dtype=torch.long), 8)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json", "invalid JSON at line 1"),
+        ("[1, 2]", "top level must be a JSON object"),
+        (json.dumps({"model_type": "llama", "hidden_size": "64"}), "hidden_size must be a pos"),
+        (json.dumps({"model_type": "llama", "rms_norm_eps": "x"}), "rms_norm_eps must be a fin"),
+    ],
+)
+def test_bad_config_json_names_the_file(tmp_path, text, message):
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(CheckpointError, match=message) as error:
+        model_args_from_hf(tmp_path)
+    assert str(tmp_path / "config.json") in str(error.value)
