@@ -121,6 +121,69 @@ class ScatterUpdateLimits:
 
 
 @dataclass(frozen=True)
+class PagedAttentionLimits:
+    """npu_fused_infer_attention_score (torch_npu and torchair) with ``block_table`` (the docs'
+    "page attention场景"); the contiguous path's limits (attention) apply as well."""
+
+    # docs (block_table): "数据类型支持int32"
+    block_table_dtypes: tuple[str, ...] = ("int32",)
+    # docs, 当Q_S等于1时: "支持key、value数据类型为float16、bfloat16、int8"
+    kv_dtypes: tuple[str, ...] = ("float16", "bfloat16", "int8")
+    # docs, 当Q_S大于1时: "page attention场景下, 不支持输入query为int8的场景" (Q_S = 1: "query、
+    # key、value输入类型均为int8的场景暂不支持")
+    query_int8: bool = False
+    # docs, Q_S = 1: "block_size需要传入非0值，且最大不超过512"; Q_S > 1: "最大为512"
+    max_block_size: int = 512
+    # docs, Q_S = 1: "key、value输入类型为float16、bfloat16时需要16对齐, ... int8时需要32对齐,
+    # 推荐使用128"
+    block_size_multiple: int = 16
+    int8_block_size_multiple: int = 32
+    recommended_block_size: int = 128
+    # docs, Q_S > 1: "block_size最小为128, 最大为512, 且要求是128的倍数"
+    prefill_min_block_size: int = 128
+    prefill_block_size_multiple: int = 128
+    # docs: "kv cache排布为(blocknum, blocksize, H) ... 且KV_N*D超过65535时 ... 会被拦截报错"
+    # (the Q_S = 1 text: "numKvHeads * headDim 超过64k"); (blocknum, KV_N, blocksize, D) has no
+    # such limit
+    max_kv_hidden: int = 65_535
+    # docs: "当query的input_layout为BNSD、TND时, kv cache排布支持(blocknum, blocksize, H)和
+    # (blocknum, KV_N, blocksize, D)两种格式, 当query的input_layout为BSH、BSND时, kv cache排布只
+    # 支持(blocknum, blocksize, H)一种格式" (BNSD_BSND is not listed)
+    query_layouts: tuple[str, ...] = ("BSH", "BSND", "BNSD", "TND")
+    split_head_query_layouts: tuple[str, ...] = ("BNSD", "TND")
+    # docs: "page attention场景下, 必须传入actual_seq_lengths_kv"
+    needs_actual_seq_lengths_kv: bool = True
+    # docs: "blockTable必须为二维, 第一维长度需等于B, 第二维长度不能小于maxBlockNumPerSeq" and
+    # "blocknum不能小于根据actual_seq_lengths_kv和blockSize计算的每个batch的block数量之和"
+    block_table_rank: int = 2
+    # docs: "参数key、value各自对应tensor的shape所有维度相乘不能超过int32的表示范围"
+    max_kv_numel: int = 2**31 - 1
+    # docs: "block_table中填充的是blockid, 当前不会对blockid的合法性进行校验, 需用户自行保证":
+    # the device reads whatever an id points at; the emulation refuses ids outside 0..blocknum-1
+    # (every entry, padding included: cann-recipes-infer pads with the null block 0)
+    legal_block_ids: bool = True
+
+
+@dataclass(frozen=True)
+class ScatterNdUpdateLimits:
+    """torch_npu.npu_scatter_nd_update_ / npu_scatter_nd_update (the paged KV-cache write)."""
+
+    # docs (input/updates, A2 and A3): "数据类型支持float32、float16、bool、bfloat16、int64、int8"
+    # (no int32); "数据类型需要与updates一致"
+    dtypes: tuple[str, ...] = ("float32", "float16", "bool", "bfloat16", "int64", "int8")
+    # docs (indices): "数据类型支持int32、int64"
+    index_dtypes: tuple[str, ...] = ("int32", "int64")
+    # docs (input): "维度只能是1~8维"
+    min_rank: int = 1
+    max_rank: int = 8
+    # docs 约束说明: "indices至少是2维，其最后1维的大小不能超过input的维度大小"
+    min_index_rank: int = 2
+    # docs (indices): "indices中的索引数据不支持越界" (not checked on the device: the emulation
+    # refuses an out-of-range or negative index)
+    index_in_range: bool = True
+
+
+@dataclass(frozen=True)
 class MoeLimits:
     """What the MoE chain as a whole takes (copier.yml's ``moe``: the render-time checks read it):
     npu_moe_gating_top_k_softmax, npu_moe_init_routing_v2, npu_grouped_matmul, npu_swiglu,
@@ -231,6 +294,8 @@ class DeviceLimits:
     rotary: RotaryLimits = RotaryLimits()
     rms_norm: RmsNormLimits = RmsNormLimits()
     scatter_update: ScatterUpdateLimits = ScatterUpdateLimits()
+    paged_attention: PagedAttentionLimits = PagedAttentionLimits()
+    scatter_nd_update: ScatterNdUpdateLimits = ScatterNdUpdateLimits()
     moe: MoeLimits = MoeLimits()
     moe_gating: MoeGatingLimits = MoeGatingLimits()
     moe_init_routing: MoeInitRoutingLimits = MoeInitRoutingLimits()
@@ -281,6 +346,20 @@ DOC_NOTES = (
     "npu_moe_init_routing layout).",
     "npu_grouped_matmul: group_list_type=1 'group_list必须为非负数列, 且长度不能为1' (one expert "
     "is refused).",
+    "npu_fused_infer_attention_score with block_table: block_size differs by branch: Q_S = 1 "
+    "(decode) 'block_size需要传入非0值，且最大不超过512, ... float16、bfloat16时需要16对齐, "
+    "int8时需要32对齐, 推荐使用128'; Q_S > 1 'block_size最小为128, 最大为512, "
+    "且要求是128的倍数'. A package whose prefill reads the cache too needs a multiple of 128 "
+    "(128 fits both).",
+    "npu_fused_infer_attention_score with block_table: the input_layout text says TND does 'not "
+    "support ... page attention' (不支持...page attention), the page-attention text lists TND with "
+    "both KV layouts; BNSD_BSND is not listed for page attention (the emulation refuses it).",
+    "npu_fused_infer_attention_score: 'actual_seq_qlen和actual_seq_kvlen的元素个数不大于4096' is "
+    "in the _v2 docs' TND/NTD_TND clause only; the v1 op's batch limit is B <= 65536 (both "
+    "branches). copier.yml's batch_size validator caps the decode batch at 4096 anyway.",
+    "npu_scatter_nd_update(_): 支持的型号 lists Atlas A2/A3 (and training/inference cards), not "
+    "950; its 950 limits are A3's. Duplicate indices are not addressed by the docs (the "
+    "emulation writes them in order, the last wins).",
 )
 
 

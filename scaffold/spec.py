@@ -72,6 +72,9 @@ class ModelSpec:
     exe_mode: str
     fa_interface: str
     batch_size: int
+    kv_cache: str
+    block_size: int
+    kv_cache_tokens: int
     enable_cache_compile: bool
     enable_static_kernel: bool
 
@@ -139,9 +142,17 @@ def parameter_count(a: Mapping[str, Any]) -> int:
     return blocks + embeddings + hidden
 
 
+def kv_cache_tokens(a: Mapping[str, Any]) -> int:
+    """Token positions the KV cache holds: batch x max_seq_len (contiguous), or the paged
+    pool's blocks, the null block included."""
+    if a.get("kv_cache") == "paged":
+        return (-(-a["kv_cache_tokens"] // a["block_size"]) + 1) * a["block_size"]
+    return a["batch_size"] * a["max_seq_len"]
+
+
 def kv_cache_bytes(a: Mapping[str, Any]) -> int:
-    """K and V buffers of every layer: (batch, kv_heads, max_seq_len, head_dim) each."""
-    per_layer = 2 * a["batch_size"] * a["num_key_value_heads"] * a["max_seq_len"] * a["head_dim"]
+    """K and V buffers of every layer, kv_heads x head_dim per token position."""
+    per_layer = 2 * kv_cache_tokens(a) * a["num_key_value_heads"] * a["head_dim"]
     return a["num_hidden_layers"] * per_layer * DTYPE_BYTES[a["dtype"]]
 
 
@@ -176,13 +187,20 @@ def name_problem(name: str) -> str | None:
 
 
 def _memory(a: Mapping[str, Any]) -> str | None:
+    """Weights + KV cache on one device; a paged cache is checked once its budget is known."""
+    if a["kv_cache"] == "paged" and "kv_cache_tokens" not in a:
+        return None
     weights = parameter_count(a) * DTYPE_BYTES[a["dtype"]]
     cache = kv_cache_bytes(a)
     if weights + cache > MAX_MEMORY_BYTES:
+        sized_by = (
+            f"kv_cache_tokens {a['kv_cache_tokens']:,}"
+            if a["kv_cache"] == "paged"
+            else f"batch_size {a['batch_size']}, max_seq_len {a['max_seq_len']:,}"
+        )
         return (
             f"these answers need {gib(weights)} of weights and {gib(cache)} of KV cache "
-            f"(batch_size {a['batch_size']}, max_seq_len {a['max_seq_len']:,}), more than the "
-            f"{gib(MAX_MEMORY_BYTES)} one device could hold"
+            f"({sized_by}), more than the {gib(MAX_MEMORY_BYTES)} one device could hold"
         )
     return None
 
@@ -205,13 +223,15 @@ _MEMORY_FIELDS = (
     *_MOE_FIELDS,
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
     "num_key_value_heads", "head_dim", "intermediate_size", "attention_bias", "qk_norm",
-    "tie_word_embeddings", "max_seq_len", "dtype", "batch_size",
+    "tie_word_embeddings", "max_seq_len", "dtype", "batch_size", "kv_cache",
 )  # fmt: skip
+_PAGED_MEMORY_FIELDS = (*_MEMORY_FIELDS, "block_size", "kv_cache_tokens")
 RULES = (
     Rule(("model_name",), lambda a: name_problem(a["model_name"])),
     Rule(("family", "num_hidden_layers", "decoder_sparse_step", "mlp_only_layers"),
          _moe_layers_problem),
     Rule(_MEMORY_FIELDS, _memory),
+    Rule(_PAGED_MEMORY_FIELDS, _memory),
 )  # fmt: skip
 
 

@@ -60,6 +60,22 @@ def _moe_line(spec: ModelSpec) -> list[str]:
     ]
 
 
+def _kv_cache_line(s: ModelSpec) -> str:
+    if s.kv_cache == "paged":
+        blocks = -(-s.kv_cache_tokens // s.block_size)
+        return (
+            f"  KV cache    paged: {blocks:,} blocks of {s.block_size} tokens + 1 null block "
+            f"(budget {s.kv_cache_tokens:,} tokens for {s.batch_size} rows of up to "
+            f"{s.max_seq_len:,}) x K,V x {s.num_hidden_layers} layers, preallocated, written in "
+            f"place at slot_mapping: {gib(s.kv_cache_bytes)}"
+        )
+    return (
+        f"  KV cache    BNSD ({s.batch_size}, {s.num_key_value_heads}, {s.max_seq_len:,}, "
+        f"{s.head_dim}) x K,V x {s.num_hidden_layers} layers, preallocated, written in place: "
+        f"{gib(s.kv_cache_bytes)} (batch_size {s.batch_size}, max_seq_len {s.max_seq_len:,})"
+    )
+
+
 def design_summary(spec: ModelSpec, placement: Placement) -> str:
     s, computed = spec, spec.computed
     lines = [
@@ -74,9 +90,7 @@ def design_summary(spec: ModelSpec, placement: Placement) -> str:
         f"  attention   fa_interface={s.fa_interface}; enable_dynamic_graph "
         f"{str(s.enable_dynamic_graph).lower()}: {computed['dynamic_reason']}",
         f"  NPU ops     ({s.platform}) {', '.join(npu_ops(s))}",
-        f"  KV cache    BNSD ({s.batch_size}, {s.num_key_value_heads}, {s.max_seq_len:,}, "
-        f"{s.head_dim}) x K,V x {s.num_hidden_layers} layers, preallocated, written in place: "
-        f"{gib(s.kv_cache_bytes)} (batch_size {s.batch_size}, max_seq_len {s.max_seq_len:,})",
+        _kv_cache_line(s),
         f"  files       {len(placement.files)} in {placement.dest}"
         + (f" ({len(placement.unchanged)} unchanged)" if placement.unchanged else "")
         + ":",

@@ -178,7 +178,7 @@ def test_non_utf8_hf_config(cli, tmp_path):
 
 
 def asked_names(**answers):
-    known = {"rope_scaling": "none", "family": "dense", **answers}
+    known = {"rope_scaling": "none", "family": "dense", "kv_cache": "contiguous", **answers}
     return [q.name for q in asked_questions() if q.applies(known)]
 
 

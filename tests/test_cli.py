@@ -57,7 +57,9 @@ def test_prompts_fed_by_input(cli, tmp_path):
         "exe_mode": "ge_graph",
     }
     asked = [
-        q for q in asked_questions() if q.applies({"rope_scaling": "llama3", "family": "dense"})
+        q
+        for q in asked_questions()
+        if q.applies({"rope_scaling": "llama3", "family": "dense", "kv_cache": "contiguous"})
     ]
     lines = [replies.get(q.name, "") for q in asked]
     dest = tmp_path / "pkg"
@@ -74,7 +76,11 @@ def test_prompts_fed_by_input(cli, tmp_path):
 
 
 def test_questions_that_do_not_apply_are_not_asked(cli, tmp_path):
-    asked = [q for q in asked_questions() if q.applies({"rope_scaling": "none", "family": "dense"})]
+    asked = [
+        q
+        for q in asked_questions()
+        if q.applies({"rope_scaling": "none", "family": "dense", "kv_cache": "contiguous"})
+    ]
     assert "rope_beta_fast" not in {q.name for q in asked}
     dest = tmp_path / "pkg"
     result = cli("new", "model", dest, input="\n" * len(asked) + "y\n")
@@ -85,7 +91,11 @@ def test_questions_that_do_not_apply_are_not_asked(cli, tmp_path):
 
 def test_yarn_asks_its_own_questions(cli, tmp_path):
     replies = {"rope_scaling": "yarn", "rope_scaling_factor": "4", "rope_beta_fast": "16"}
-    asked = [q for q in asked_questions() if q.applies({"rope_scaling": "yarn", "family": "dense"})]
+    asked = [
+        q
+        for q in asked_questions()
+        if q.applies({"rope_scaling": "yarn", "family": "dense", "kv_cache": "contiguous"})
+    ]
     names = {q.name for q in asked}
     assert {"rope_beta_slow", "rope_attention_factor", "rope_truncate"} <= names
     assert "rope_low_freq_factor" not in names

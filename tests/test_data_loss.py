@@ -188,7 +188,11 @@ def test_ctrl_c_in_a_real_process_exits_1_with_the_message(tmp_path):
 def test_declining_the_summary_writes_nothing(cli, tmp_path):
     from scaffold.questions import asked_questions
 
-    asked = [q for q in asked_questions() if q.applies({"rope_scaling": "none", "family": "dense"})]
+    asked = [
+        q
+        for q in asked_questions()
+        if q.applies({"rope_scaling": "none", "family": "dense", "kv_cache": "contiguous"})
+    ]
     result = cli("new", "model", tmp_path / "pkg", input="\n" * len(asked) + "n\n")
     assert result.exit_code == 1
     assert "design summary for llama_tiny" in result.stdout

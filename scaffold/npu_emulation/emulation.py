@@ -31,7 +31,9 @@ Environment
 * Strict by default: documented device limits the CPU kernels can see (FIA query
   float16/bfloat16, contiguous q/k/v, accepted ``input_layout`` / ``sparse_mode``; rotary
   D in {64, 128}, layout, mode; MoE chain dtypes, int32 expert ids, int64 group_list,
-  split_item 2/3, k <= E, at most 1024 groups, InnerLimit 65536; ...; the values are
+  split_item 2/3, k <= E, at most 1024 groups, InnerLimit 65536; PageAttention block_size,
+  int32 block_table, actual_seq_lengths_kv, legal block ids; npu_scatter_nd_update_ indices in
+  range; ...; the values are
   :mod:`scaffold.device_limits`'s) raise
   :class:`DeviceConstraintError`, as the device would refuse the call. They are also recorded
   in :data:`CONSTRAINT_VIOLATIONS`; ``ASCEND_SCAFFOLD_NPU_STRICT=0`` (debugging) only records.
@@ -739,6 +741,74 @@ def _scatter_into(data, indices, updates, axis):
     return data
 
 
+def scatter_nd_update_ref(input, indices, updates):  # noqa: A002 (the schema's name)
+    """``npu_scatter_nd_update``: functional reference (returns a new tensor); the in-place
+    ``npu_scatter_nd_update_`` is :func:`_scatter_nd_into` on ``input`` itself."""
+    out = input.clone()
+    _scatter_nd_into(out, indices, updates)
+    return out
+
+
+def _scatter_nd_into(data, indices, updates):
+    """CANN ``ScatterNdUpdate``: with a = indices.shape[-1], every index tuple ``idx`` (indices
+    flattened over its leading dims, row i) writes ``data[idx[0], ..., idx[a-1]] = updates[i]``;
+    updates.shape == indices.shape[:-1] + data.shape[a:]. The paged KV write: data =
+    ``cache.view(-1, KV_N, D)``, indices = ``slot_mapping.view(-1, 1)`` (slot = block id *
+    block_size + offset), updates ``(T, KV_N, D)``. Indices must be in range (the docs: "不支持
+    越界"; the device does not check): strict mode refuses, non-strict skips those rows."""
+    import torch
+
+    op = "npu_scatter_nd_update"
+    lim = limits().scatter_nd_update
+    _check_dtype(op, "input", data, lim.dtypes)
+    _constraint(
+        updates.dtype == data.dtype,
+        f"{op}: updates dtype {_dtype_name(updates.dtype)} differs from input dtype "
+        f"{_dtype_name(data.dtype)}",
+    )
+    _check_dtype(op, "indices", indices, lim.index_dtypes)
+    _constraint(
+        lim.min_rank <= data.dim() <= lim.max_rank,
+        f"{op}: input is {data.dim()}-D, the op takes {lim.min_rank}-{lim.max_rank} dims",
+    )
+    _constraint(
+        indices.dim() >= lim.min_index_rank,
+        f"{op}: indices is {indices.dim()}-D (shape {tuple(indices.shape)}); it must be at least "
+        f"{lim.min_index_rank}-D, its last dim indexing input's leading dims (e.g. "
+        f"slot_mapping.view(-1, 1))",
+    )
+    a = indices.shape[-1] if indices.dim() else 0
+    if indices.dim() < 1 or not 1 <= a <= data.dim():
+        raise ValueError(
+            f"{op}: indices' last dim {a} must be in 1..{data.dim()} (input's rank): 'indices的"
+            f"最后1维的大小不能超过input的维度大小'"
+        )
+    want = tuple(indices.shape[:-1]) + tuple(data.shape[a:])
+    _constraint(
+        tuple(updates.shape) == want,
+        f"{op}: updates shape {tuple(updates.shape)} must be indices.shape[:-1] + "
+        f"input.shape[{a}:] = {want}",
+    )
+    if tuple(updates.shape) != want:
+        raise ValueError(f"{op}: updates shape {tuple(updates.shape)} != {want}")
+    idx = indices.reshape(-1, a).long()
+    upd = updates.reshape(idx.shape[0], *data.shape[a:])
+    sizes = torch.tensor(data.shape[:a], dtype=torch.long)
+    ok = ((idx >= 0) & (idx < sizes)).all(dim=1)
+    if lim.index_in_range and not bool(ok.all()):
+        row = int((~ok).nonzero()[0, 0])
+        _constraint(
+            False,
+            f"{op}: indices row {row} = {idx[row].tolist()} is out of range for input's leading "
+            f"dims {tuple(data.shape[:a])} ({int((~ok).sum())} of {idx.shape[0]} rows; the docs: "
+            f"'indices中的索引数据不支持越界', not checked on the device: it writes elsewhere)",
+        )
+    idx, upd = idx[ok], upd[ok]
+    if idx.shape[0]:
+        data.index_put_(tuple(idx.t()), upd)
+    return data
+
+
 def _per_batch(lengths, batch, full, name):
     if lengths is None:
         return [full] * batch
@@ -757,7 +827,7 @@ def _per_batch(lengths, batch, full, name):
 
 _UNSUPPORTED_FIA = (
     "dequant_scale1 quant_scale1 dequant_scale2 quant_scale2 quant_offset2 antiquant_scale "
-    "antiquant_offset block_table query_padding_size kv_padding_size key_antiquant_scale "
+    "antiquant_offset query_padding_size kv_padding_size key_antiquant_scale "
     "key_antiquant_offset value_antiquant_scale value_antiquant_offset key_shared_prefix "
     "value_shared_prefix actual_shared_prefix_len query_rope key_rope key_rope_antiquant_scale"
 ).split()
@@ -843,11 +913,13 @@ def _int8():
     return torch.int8
 
 
-def _check_fia_shapes(q, k, layout, n_heads, n_kv) -> None:
+def _check_fia_shapes(q, k, layout, n_heads, n_kv, kv_len=None) -> None:
+    """``kv_len``: the KV length the limits apply to (page attention: the longest
+    actual_seq_lengths_kv; else key's S)."""
     lim = limits().attention
     op = "npu_fused_infer_attention_score"
     bsz, _, sq, d = q.shape
-    skv = k.shape[2]
+    skv = k.shape[2] if kv_len is None else kv_len
     _constraint(
         n_heads // n_kv <= lim.max_group,
         f"{op}: num_heads / num_key_value_heads = {n_heads // n_kv} > {lim.max_group}",
@@ -871,6 +943,155 @@ def _check_fia_shapes(q, k, layout, n_heads, n_kv) -> None:
             _constraint(d % m == 0, f"{op}: head dim D={d} must be a multiple of {m} when Q_S > 1")
 
 
+def _paged_kv(query, q, key, value, kw, layout, n_kv, mode):
+    """PageAttention: check the documented limits, then gather each row's KV through
+    ``block_table`` into BNSD ``(B, KV_N, W * block_size, D)`` (W = block_table.shape[1]);
+    positions at or past ``actual_seq_lengths_kv[b]`` are zeros (blocks past a row's length,
+    e.g. the null block its table is padded with, are never read). Returns (k, v, longest)."""
+    import torch
+
+    op = "npu_fused_infer_attention_score"
+    lim = limits().paged_attention
+    table = kw["block_table"]
+    bs = int(kw.get("block_size", 0) or 0)
+    bsz, _, sq, d = q.shape
+    _constraint(
+        layout in lim.query_layouts,
+        f"{op}: input_layout {layout!r} with block_table (page attention takes query layouts "
+        f"{', '.join(lim.query_layouts)})",
+    )
+    _constraint(
+        lim.query_int8 or query.dtype != _int8(),
+        f"{op}: page attention takes no int8 query",
+    )
+    for name, t in (("key", key), ("value", value)):
+        _check_dtype(f"{op} (page attention)", name, t, lim.kv_dtypes)
+    for name in ("query_padding_size", "kv_padding_size"):
+        _constraint(
+            kw.get(name) is None,
+            f"{op}: {name} with block_table (page attention takes no left padding)",
+        )
+    _check_dtype(op, "block_table", table, lim.block_table_dtypes)
+    _constraint(
+        0 < bs <= lim.max_block_size,
+        f"{op}: block_size {bs} with block_table (page attention needs 0 < block_size <= "
+        f"{lim.max_block_size})",
+    )
+    if sq == 1:
+        mult = lim.int8_block_size_multiple if key.dtype == _int8() else lim.block_size_multiple
+        _constraint(
+            bs % mult == 0,
+            f"{op}: block_size {bs} must be a multiple of {mult} with {_dtype_name(key.dtype)} "
+            f"KV (Q_S = 1; {lim.recommended_block_size} recommended)",
+        )
+    else:
+        _constraint(
+            bs >= lim.prefill_min_block_size and bs % lim.prefill_block_size_multiple == 0,
+            f"{op}: block_size {bs} with Q_S > 1 must be a multiple of "
+            f"{lim.prefill_block_size_multiple} in {lim.prefill_min_block_size}.."
+            f"{lim.max_block_size}",
+        )
+    lens_arg = kw.get("actual_seq_lengths_kv")
+    _constraint(
+        not lim.needs_actual_seq_lengths_kv or lens_arg is not None,
+        f"{op}: page attention (block_table given) needs actual_seq_lengths_kv, the per-row KV "
+        f"lengths",
+    )
+    table_ok = table.dim() == lim.block_table_rank and table.shape[0] == bsz
+    _constraint(
+        table_ok,
+        f"{op}: block_table shape {tuple(table.shape)} must be 2-D [B={bsz}, max_blocks_per_seq]",
+    )
+    if not table_ok:
+        raise ValueError(f"{op}: block_table shape {tuple(table.shape)} for batch {bsz}")
+    width = table.shape[1]
+    if key.dim() == 3:  # (blocknum, block_size, H), H = KV_N * D
+        nb, kbs, hidden = key.shape
+        _constraint(
+            hidden <= lim.max_kv_hidden,
+            f"{op}: KV_N*D = {hidden} > {lim.max_kv_hidden} with the (blocknum, blocksize, H) "
+            f"cache layout; use (blocknum, KV_N, blocksize, D) (query layout "
+            f"{'/'.join(lim.split_head_query_layouts)}) or fewer KV heads",
+        )
+        if hidden % n_kv:
+            raise ValueError(f"{op}: cache H={hidden} not divisible by num_key_value_heads={n_kv}")
+        kd = hidden // n_kv
+    elif key.dim() == 4:  # (blocknum, KV_N, block_size, D)
+        _constraint(
+            layout in lim.split_head_query_layouts,
+            f"{op}: a (blocknum, KV_N, blocksize, D) cache needs query input_layout "
+            f"{'/'.join(lim.split_head_query_layouts)}; {layout} takes (blocknum, blocksize, H) "
+            f"only",
+        )
+        nb, kn, kbs, kd = key.shape
+        if kn != n_kv:
+            raise ValueError(f"{op}: cache KV_N={kn} != num_key_value_heads={n_kv}")
+    elif key.dim() == 5:
+        raise NotImplementedError(f"npu emulation: {op} NZ caches (5-D) are not emulated")
+    else:
+        raise ValueError(f"{op}: with block_table key/value must be 3-D or 4-D, got {key.dim()}-D")
+    _constraint(
+        kbs == bs,
+        f"{op}: cache {tuple(key.shape)} has block size {kbs}, block_size={bs}",
+    )
+    if kd != d or kbs != bs:
+        raise ValueError(f"{op}: cache {tuple(key.shape)} for query D={d}, block_size={bs}")
+    _constraint(
+        key.numel() <= lim.max_kv_numel,
+        f"{op}: key/value have {key.numel()} elements (the product of their shape must fit int32)",
+    )
+    lens = (
+        _per_batch(lens_arg, bsz, sys.maxsize, "actual_seq_lengths_kv")
+        if lens_arg is not None
+        else [width * bs] * bsz
+    )
+    need = [-(-n // bs) for n in lens]
+    _constraint(
+        max(need, default=0) <= width,
+        f"{op}: block_table has {width} blocks per row; actual_seq_lengths_kv {max(lens)} needs "
+        f"{max(need)} (block_size {bs}): its second dim must be >= maxBlockNumPerSeq",
+    )
+    _constraint(
+        sum(need) <= nb,
+        f"{op}: blocknum {nb} < {sum(need)}, the blocks actual_seq_lengths_kv {lens} need",
+    )
+    ids = table.long()
+    bad = (ids < 0) | (ids >= nb)
+    if lim.legal_block_ids and bool(bad.any()):
+        r, c = (int(x) for x in bad.nonzero()[0])
+        _constraint(
+            False,
+            f"{op}: block_table[{r}, {c}] = {int(ids[r, c])} is not a block id in 0..{nb - 1} "
+            f"(the device does not check block ids; pad rows with a reserved null block, e.g. 0)",
+        )
+    ids = ids.clamp(0, nb - 1)
+    full = width * bs
+    mask, pse = kw.get("atten_mask"), kw.get("pse_shift")
+    if mask is not None and mode not in (2, 3, 4):
+        _constraint(
+            mask.shape[-1] >= full,
+            f"{op}: atten_mask's last dim {mask.shape[-1]} < block_table.shape[1] * block_size "
+            f"= {full} (page attention)",
+        )
+    if pse is not None:
+        _constraint(
+            pse.shape[-1] >= full,
+            f"{op}: pse_shift's last dim {pse.shape[-1]} < block_table.shape[1] * block_size "
+            f"= {full} (page attention)",
+        )
+    valid = torch.arange(full).view(1, 1, full, 1) < torch.tensor(lens).view(bsz, 1, 1, 1)
+
+    def gather(cache):
+        rows = cache[ids]  # (B, W, bs, H) or (B, W, KV_N, bs, D)
+        if cache.dim() == 3:
+            out = rows.reshape(bsz, full, n_kv, kd).transpose(1, 2)
+        else:
+            out = rows.permute(0, 2, 1, 3, 4).reshape(bsz, n_kv, full, kd)
+        return torch.where(valid, out, torch.zeros((), dtype=out.dtype))
+
+    return gather(key), gather(value), max(lens, default=0)
+
+
 def fused_infer_attention_ref(query, key, value, **kw):
     """``npu_fused_infer_attention_score`` reference (documented semantics, fp32 maths).
 
@@ -883,7 +1104,11 @@ def fused_infer_attention_ref(query, key, value, **kw):
     (j <= i + KV_b - Q_b); 4 band around the right-down diagonal with pre/next_tokens; 2/3/4
     require the 2048x2048 upper-triangular mask. Returns (out, lse); lse is float32 (B,N,S,1)
     when softmax_lse_flag else an empty float32 tensor (as the meta kernel).
-    The device limits (scaffold/device_limits.py) are checked first.
+    PageAttention (``block_table`` given): key/value are the caches, (blocknum, block_size,
+    KV_N*D) or (blocknum, KV_N, block_size, D); row b reads its first
+    ``actual_seq_lengths_kv[b]`` tokens through ``block_table[b]`` (token t: block
+    ``block_table[b, t // block_size]``, offset ``t % block_size``), then the same maths
+    (:func:`_paged_kv`). The device limits (scaffold/device_limits.py) are checked first.
     """
     import torch
 
@@ -904,8 +1129,12 @@ def fused_infer_attention_ref(query, key, value, **kw):
             f"of num_key_value_heads={n_kv}"
         )
     q = _to_bnsd(query, layout, n_heads)
-    k = _to_bnsd(key, layout, n_kv)
-    v = _to_bnsd(value, layout, n_kv)
+    paged_len = None
+    if kw.get("block_table") is not None:
+        k, v, paged_len = _paged_kv(query, q, key, value, kw, layout, n_kv, mode)
+    else:
+        k = _to_bnsd(key, layout, n_kv)
+        v = _to_bnsd(value, layout, n_kv)
     if q.shape[1] != n_heads or k.shape[1] != n_kv or v.shape[1] != n_kv:
         raise ValueError(
             f"npu_fused_infer_attention_score: num_heads={n_heads}/num_key_value_heads={n_kv} "
@@ -913,7 +1142,7 @@ def fused_infer_attention_ref(query, key, value, **kw):
         )
     if k.shape[:3] != v.shape[:3] or k.shape[0] != q.shape[0] or k.shape[-1] != q.shape[-1]:
         raise ValueError("npu_fused_infer_attention_score: query/key/value shapes disagree")
-    _check_fia_shapes(q, k, layout, n_heads, n_kv)
+    _check_fia_shapes(q, k, layout, n_heads, n_kv, paged_len)
     bsz, _, sq, _ = q.shape
     skv = k.shape[2]
     lens_q = _per_batch(kw.get("actual_seq_lengths"), bsz, sq, "actual_seq_lengths")
@@ -1373,6 +1602,9 @@ def _register_kernels() -> None:
     def scatter_update_inplace(data, indices, updates, axis):
         return _scatter_into(data, indices, updates, axis)
 
+    def scatter_nd_update_inplace(input, indices, updates):  # noqa: A002
+        return _scatter_nd_into(input, indices, updates)
+
     def fia(query, key, value, *args, **kw):
         if args:
             raise TypeError("npu_fused_infer_attention_score: only 3 positional arguments")
@@ -1389,6 +1621,9 @@ def _register_kernels() -> None:
     npu_lib.impl("npu_apply_rotary_pos_emb", rotary_inplace, "CPU")
     npu_lib.impl("scatter_update", scatter_update_ref, "CPU")
     npu_lib.impl("scatter_update_", scatter_update_inplace, "CPU")
+    # the paged KV write; aot_eager functionalizes the in-place op into npu_scatter_nd_update
+    npu_lib.impl("npu_scatter_nd_update", scatter_nd_update_ref, "CPU")
+    npu_lib.impl("npu_scatter_nd_update_", scatter_nd_update_inplace, "CPU")
     npu_lib.impl("npu_fused_infer_attention_score", fia, "CPU")
     air_lib.impl("npu_fused_infer_attention_score", air_fia, "CPU")
     # MoE (the wheel has Meta kernels for all five; split_item 2/3 gives a static [sum M, N])
@@ -1418,6 +1653,7 @@ __all__ = [
     "rms_norm_ref",
     "rotary_inplace",
     "rotary_ref",
+    "scatter_nd_update_ref",
     "scatter_update_ref",
     "set_platform",
     "strict",

@@ -206,3 +206,39 @@ def test_another_rope_scaling_is_refused(model_type, tmp_path):
     message = f"RoPE scaling '{OTHER_ROPE_SCALING}' does not match this package's rope_scaling="
     with pytest.raises(CheckpointError, match=message):
         model_args_from_hf(tmp_path)
+
+
+@pytest.mark.parametrize("model_type", TYPES[:1])
+def test_fused_expert_tensors_load_like_per_expert_keys(checkpoints, model_type, tmp_path):
+    """transformers 5 keeps experts as 3-D tensors in memory (`mlp.experts.gate_up_proj`
+    [E, 2I, H], `down_proj` [E, H, I]); a checkpoint saved in that form loads the same."""
+    from safetensors.torch import save_file
+
+    path, _, _ = checkpoints(model_type)
+    state = {k: v.contiguous() for k, v in hf_model(model_type).state_dict().items()}
+    assert any(k.endswith("mlp.experts.gate_up_proj") for k in state)
+    if TINY.get("tie_word_embeddings") or "lm_head.weight" not in state:
+        state.pop("lm_head.weight", None)
+    (tmp_path / "config.json").write_text((path / "config.json").read_text())
+    save_file(state, tmp_path / "model.safetensors")
+    per_expert = load_pretrained(path, ops.load("portable"))
+    fused = load_pretrained(tmp_path, ops.load("portable"))
+    for (name, a), (_, b) in zip(
+        per_expert.state_dict().items(), fused.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("model_type", TYPES[:1])
+def test_a_missing_expert_is_named(checkpoints, model_type, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    path, _, _ = checkpoints(model_type)
+    (tmp_path / "config.json").write_text((path / "config.json").read_text())
+    tensors = load_file(path / "model.safetensors")
+    missing = next(k for k in sorted(tensors) if ".experts.3." in k)
+    del tensors[missing]
+    save_file(tensors, tmp_path / "model.safetensors")
+    model = load_pretrained(path, ops.load("portable"))
+    with pytest.raises(CheckpointError, match=f"missing 1: {missing}"):
+        load_checkpoint(model, tmp_path)

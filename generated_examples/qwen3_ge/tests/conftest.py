@@ -129,6 +129,7 @@ def greedy(
     for index in range(steps):
         previous = forced[index] if forced is not None else logits
         step = decode_inputs(previous.argmax(-1), kv_len, tensor_lengths)
+        model.prepare_decode(kv_len)
         logits = decode(**step.as_kwargs())
         outputs.append(logits)
         kv_len = [n + 1 for n in kv_len]

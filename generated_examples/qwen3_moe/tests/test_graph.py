@@ -45,6 +45,21 @@ def test_no_recompiles_after_warmup(tensor_lengths):
     assert graph_break_count() == breaks
 
 
+def test_only_the_perf_backend_drops_module_guards():
+    """inductor (the CPU perf stand-in) skips dynamo's per-call guards on the frozen weights
+    and caches; aot_eager (the checking stand-in) keeps every guard."""
+    from qwen3_moe.graph import (
+        portable_compile_kwargs,
+    )
+
+    config = compile_config("npugraph_ex", tensor_lengths=False)
+    inductor = portable_compile_kwargs(config, "inductor")
+    skip = torch.compiler.skip_guard_on_all_nn_modules_unsafe
+    assert inductor["options"]["guard_filter_fn"] is skip
+    assert inductor["dynamic"] is True
+    assert portable_compile_kwargs(config, "aot_eager") == {"dynamic": True}
+
+
 def test_host_lists_with_static_graph_recompile():
     """The hazard the FA table warns about, so the check above can fail: List[int]
     lengths under dynamic=False specialise on each step's values."""

@@ -155,9 +155,9 @@ def _listing(keys: set[str]) -> str:
 
 
 def _chosen(candidates: list[Source], available: dict[str, Path]) -> Source:
-    """The first source the checkpoint holds every key of; else the preferred one (whose
-    keys are then reported missing)."""
-    return next((c for c in candidates if all(k in available for k in c.keys)), candidates[0])
+    """The source the checkpoint holds most keys of (the first of equals): complete when
+    the checkpoint fits, else the one whose missing keys are worth reporting."""
+    return max(candidates, key=lambda c: sum(k in available for k in c.keys) / len(c.keys))
 
 
 def _checkpoint_tensors(model: Transformer, path: str | Path) -> Iterator[tuple[str, torch.Tensor]]:

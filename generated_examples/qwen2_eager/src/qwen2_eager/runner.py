@@ -5,7 +5,10 @@
 
 Weights are random unless model_config.model_path names a local HF checkpoint directory
 and model_config.with_ckpt is true (as in cann-recipes-infer); --prompt needs the
-checkpoint's tokenizer (transformers or tokenizers installed), --token-ids does not.
+checkpoint's tokenizer (transformers or tokenizers installed), --token-ids does not. Both
+repeat for rows of different prompts; each row stops at the checkpoint's EOS ids
+(generation_config.json / config.json) or after its tokens, and its tokens (and text, with
+a tokenizer) are printed per row.
 
 Exits 1 if decode compiled again after warm-up (a recompile on the hot path). Bad input
 (flags, config, checkpoint, prompt, lengths that do not fit the KV cache) exits 2 with one
@@ -24,6 +27,7 @@ import torch
 
 from . import ops
 from .architecture import ModelArgs
+from .generation import Generation, eos_token_ids, generate
 from .graph import PORTABLE_BACKENDS, compile_decode, graph_break_count, graph_count
 from .inference_config import (
     NEW_TOKENS_KEY,
@@ -35,7 +39,6 @@ from .inference_config import (
     load_config,
     set_task_queue_env,
 )
-from .metadata import decode_inputs, prefill_inputs
 from .modeling import Transformer
 from .sampling import TokenSampler
 from .tokenizer import prompt_ids
@@ -54,14 +57,19 @@ class RunReport:
     warmup_graphs: int
     recompiles: int
     graph_breaks: int
-    tokens: torch.Tensor
+    tokens: list[list[int]]  # per row: the new tokens (prefill's first, then decode's)
+    stopped_on_eos: list[bool]
 
     def summary(self) -> str:
-        median = statistics.median(self.decode_ms)
+        if self.decode_ms:
+            median = statistics.median(self.decode_ms)
+            decode = f"decode median {median:.2f} ms/token over {len(self.decode_ms)} steps"
+        else:
+            decode = "decode: no steps (every row stopped at EOS after prefill)"
         return (
             f"warm-up (compile) {self.compile_s:.2f} s, graphs {self.warmup_graphs}\n"
             f"prefill {self.prefill_ms:.2f} ms\n"
-            f"decode median {median:.2f} ms/token over {len(self.decode_ms)} steps\n"
+            f"{decode}\n"
             f"recompiles after warm-up {self.recompiles}, graph breaks {self.graph_breaks}"
         )
 
@@ -77,21 +85,8 @@ def build_model(args: ModelArgs, config: InferenceConfig, device: torch.device) 
 
 def cache_len(model: Transformer) -> int:
     """Positions the KV cache (and RoPE table) hold: host ints from shapes, no device sync."""
-    caches = [layer.self_attn.kv_cache.k_cache.shape[2] for layer in model.layers[:1]]
+    caches = [layer.self_attn.kv_cache.capacity[1] for layer in model.layers[:1]]
     return min([model.args.max_seq_len, *caches])
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "npu":
-        torch.npu.synchronize()
-
-
-def _timed(fn, device):
-    _sync(device)
-    start = time.perf_counter()
-    out = fn()
-    _sync(device)
-    return out, (time.perf_counter() - start) * 1e3
 
 
 @torch.inference_mode()
@@ -102,60 +97,59 @@ def run(
     steps: int,
     portable_backend: str = "aot_eager",
     prompt: torch.Tensor | None = None,
+    prompts: list[list[int]] | None = None,
+    eos_token_ids: set[int] | frozenset[int] = frozenset(),
 ) -> RunReport:
-    """Generation (greedy, or sampled on the host as data_config asks): one warm-up pass
-    (compiles decode), then a timed pass.
+    """Generation (generation.generate: greedy, or sampled on the host as data_config asks):
+    one warm-up pass (compiles decode), then a timed pass of up to `steps` decode steps.
 
-    Prefill writes KV-cache positions [0, prompt_len), decode step i position prompt_len + i
-    (the warm-up pass writes the same positions again), so prompt_len + steps must be
-    <= max_seq_len; else InputError before anything runs.
+    `prompts` (one token list per cache row, lengths may differ) or `prompt` (batch, len)
+    or, with neither, random ids of `prompt_len`. Row b's prefill writes cache positions
+    [0, len_b), decode step i position len_b + i, so the longest prompt + steps must be
+    <= max_seq_len; else InputError before anything runs. A row stops early at one of
+    `eos_token_ids` (the warm-up pass ignores them, so decode always compiles there).
     """
-    device = model.embed_tokens.weight.device
     batch = config.scheduler_config.batch_size
-    if prompt is not None:
-        prompt_len = prompt.shape[1]
+    if prompts is None and prompt is not None:
+        prompts = prompt.tolist()
+    if prompts is not None:
+        prompt_len = max(len(p) for p in prompts)
     max_seq_len = cache_len(model)
     if prompt_len < 1 or steps < 1:
         raise InputError(f"prompt_len ({prompt_len}) and steps ({steps}) must be >= 1")
     check_fits(prompt_len, steps, max_seq_len, "prompt_len", "steps")
-    tensor_lengths = config.model_config.tensor_lengths
-    if prompt is None:
-        prompt = torch.randint(0, model.args.vocab_size, (batch, prompt_len), device=device)
-    prompt = prompt.to(device)
+    if prompts is None:
+        ids = torch.randint(0, model.args.vocab_size, (batch, prompt_len))
+        prompts = ids.tolist()
     decode = compile_decode(model, config.model_config, portable_backend)
 
-    def generate(n_steps: int, timings: list[float] | None = None):
-        choose = TokenSampler.from_config(config.data_config)  # the same seed every pass
-        logits = model.prefill(**prefill_inputs(prompt, max_seq_len).as_kwargs())
-        tokens = [choose(logits)]
-        kv_len = [prompt_len] * batch
-        for _ in range(n_steps):
-            step = decode_inputs(tokens[-1], kv_len, tensor_lengths, max_seq_len)
-            logits, ms = _timed(lambda s=step: decode(**s.as_kwargs()), device)
-            if timings is not None:
-                timings.append(ms)
-            tokens.append(choose(logits))
-            kv_len = [n + 1 for n in kv_len]
-        return torch.cat(tokens, dim=1)
+    def passes(new_tokens: int, eos) -> Generation:
+        return generate(
+            model,
+            decode,
+            prompts,
+            max_new_tokens=new_tokens,
+            eos_token_ids=eos,
+            sampler=TokenSampler.from_config(config.data_config),  # the same seed every pass
+            tensor_lengths=config.model_config.tensor_lengths,
+        )
 
     graphs_before, breaks_before = graph_count(), graph_break_count()
     start = time.perf_counter()
-    generate(1)
+    passes(2, frozenset())  # prefill and one decode step: compiles decode
     compile_s = time.perf_counter() - start
     warmup_graphs = graph_count() - graphs_before
 
-    prefill = prefill_inputs(prompt, max_seq_len)
-    _, prefill_ms = _timed(lambda: model.prefill(**prefill.as_kwargs()), device)
-    decode_ms: list[float] = []
-    tokens = generate(steps, decode_ms)
+    result = passes(steps + 1, eos_token_ids)
     return RunReport(
         compile_s=compile_s,
-        prefill_ms=prefill_ms,
-        decode_ms=decode_ms,
+        prefill_ms=result.prefill_ms,
+        decode_ms=result.decode_ms,
         warmup_graphs=warmup_graphs,
         recompiles=graph_count() - graphs_before - warmup_graphs,
         graph_breaks=graph_break_count() - breaks_before,
-        tokens=tokens,
+        tokens=result.tokens,
+        stopped_on_eos=result.stopped_on_eos,
     )
 
 
@@ -186,9 +180,49 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompt-len", type=_positive_int, help="default: input_truncated_len")
     parser.add_argument("--portable-backend", choices=PORTABLE_BACKENDS, default="aot_eager")
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--prompt", help="text prompt (needs the checkpoint's tokenizer)")
-    source.add_argument("--token-ids", help="prompt token ids, e.g. 1,15043,29892")
+    source.add_argument(
+        "--prompt",
+        action="append",
+        help="text prompt (needs the checkpoint's tokenizer); repeat it for rows of different "
+        "prompts (the batch cycles through them)",
+    )
+    source.add_argument(
+        "--token-ids",
+        action="append",
+        help="prompt token ids, e.g. 1,15043,29892; repeatable like --prompt",
+    )
     return parser
+
+
+def batch_prompts(
+    texts: list[str] | None,
+    token_ids: list[str] | None,
+    model_path: str,
+    batch_size: int,
+    vocab_size: int,
+):
+    """(rows, tokenizer): one token list per batch row, cycling through the prompts given
+    (their lengths may differ: generation.py prefills them row by row); rows None when no
+    prompt was given."""
+    given = texts if texts is not None else token_ids
+    if given is not None and len(given) > batch_size:
+        raise InputError(
+            f"{len(given)} prompts for scheduler_config.batch_size {batch_size} (one per row)"
+        )
+    encoded, tokenizer = [], None
+    for entry in given or [None]:
+        ids, tokenizer = prompt_ids(
+            model_path=model_path,
+            prompt=entry if texts is not None else None,
+            token_ids=entry if token_ids is not None else None,
+            batch_size=1,
+            vocab_size=vocab_size,
+        )
+        if ids is not None:
+            encoded.append(ids[0].tolist())
+    if not encoded:
+        return None, tokenizer
+    return [encoded[row % len(encoded)] for row in range(batch_size)], tokenizer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,15 +245,15 @@ def _main(args: argparse.Namespace) -> int:
         model_args = model_args_from_hf(model_config.model_path)
     else:
         model_args = ModelArgs()
-    prompt, tokenizer = prompt_ids(
-        model_path=model_config.model_path,
-        prompt=args.prompt,
-        token_ids=args.token_ids,
-        batch_size=config.scheduler_config.batch_size,
-        vocab_size=model_args.vocab_size,
+    prompts, tokenizer = batch_prompts(
+        args.prompt,
+        args.token_ids,
+        model_config.model_path,
+        config.scheduler_config.batch_size,
+        model_args.vocab_size,
     )
-    if prompt is not None:
-        prompt_len = prompt.shape[1]
+    if prompts is not None:
+        prompt_len = max(len(p) for p in prompts)
         prompt_key = "--prompt" if args.prompt is not None else "--token-ids"
         prompt_key += " length"
     elif args.prompt_len is not None:
@@ -259,13 +293,15 @@ def _main(args: argparse.Namespace) -> int:
         prompt_len=prompt_len,
         steps=steps,
         portable_backend=args.portable_backend,
-        prompt=prompt,
+        prompts=prompts,
+        eos_token_ids=eos_token_ids(model_config.model_path),
     )
     print(report.summary())
-    generated = report.tokens[0].tolist()
-    print(f"tokens {generated}")
-    if tokenizer is not None:
-        print(f"text {tokenizer.decode(generated)!r}")
+    for row, generated in enumerate(report.tokens):
+        stop = " (EOS)" if report.stopped_on_eos[row] else ""
+        print(f"row {row} tokens {generated}{stop}")
+        if tokenizer is not None:
+            print(f"row {row} text {tokenizer.decode(generated)!r}")
     if report.recompiles:
         print("error: decode recompiled after warm-up", file=sys.stderr)
         return 1

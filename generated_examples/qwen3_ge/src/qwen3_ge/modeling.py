@@ -63,6 +63,10 @@ class Transformer(nn.Module):
                 device=weight.device,
             )
 
+    def prepare_decode(self, kv_len: list[int], active: list[bool] | None = None) -> None:
+        """Host side, before each decode call: nothing to prepare, the contiguous cache is
+        written at kv_len inside the graph (a paged package reserves blocks here)."""
+
     def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """Logits of the last position of each row: (batch, 1, vocab)."""
         h = self.embed_tokens(input_ids)
@@ -72,11 +76,13 @@ class Transformer(nn.Module):
             h = h[:, -1:]
         return self.lm_head(self.norm(h))
 
-    def _step(self, input_ids, position_ids, kv_len, lengths_q, lengths_kv, is_prefill):
+    def _step(
+        self, input_ids, position_ids, kv_len, lengths_q, lengths_kv, is_prefill, cache_row=None
+    ):
         if self.layers[0].self_attn.kv_cache is None:
             raise RuntimeError("no KV cache: call model.setup_caches(batch_size) first")
         cos, sin = self.rotary(position_ids)
-        meta = AttentionMetadata(cos, sin, kv_len, lengths_q, lengths_kv, is_prefill)
+        meta = AttentionMetadata(cos, sin, kv_len, lengths_q, lengths_kv, is_prefill, cache_row)
         return self(input_ids, meta)
 
     def prefill(
@@ -86,10 +92,18 @@ class Transformer(nn.Module):
         kv_len: torch.Tensor,
         actual_seq_lengths_q: Lengths,
         actual_seq_lengths_kv: Lengths,
+        cache_row: int | None = None,
     ) -> torch.Tensor:
-        """Eager: prompt lengths vary, so prefill is never compiled."""
+        """Eager: prompt lengths vary, so prefill is never compiled. With `cache_row`, a
+        batch-1 prompt fills that row of the KV cache only (a ragged batch, generation.py)."""
         return self._step(
-            input_ids, position_ids, kv_len, actual_seq_lengths_q, actual_seq_lengths_kv, True
+            input_ids,
+            position_ids,
+            kv_len,
+            actual_seq_lengths_q,
+            actual_seq_lengths_kv,
+            True,
+            cache_row,
         )
 
     def decode(

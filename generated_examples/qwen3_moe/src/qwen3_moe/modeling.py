@@ -13,13 +13,14 @@ import torch
 from torch import nn
 
 from .architecture import ModelArgs
-from .kv_cache import KVCache
+from .block_allocator import BLOCK_SIZE, KV_CACHE_TOKENS, BlockAllocator, pool_blocks
 from .layers.attention import Attention, AttentionMetadata
 from .layers.mlp import MLP
 from .layers.moe import SparseMoeBlock
 from .layers.norm import RMSNorm
 from .layers.rope import RotaryEmbedding
 from .ops import Lengths
+from .paged_kv_cache import PagedKVCache
 
 
 class DecoderLayer(nn.Module):
@@ -52,22 +53,41 @@ class Transformer(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
         self.rotary = RotaryEmbedding(args)
 
-    def setup_caches(self, batch_size: int, max_seq_len: int | None = None) -> None:
-        """Allocate every layer's KV cache once, on the weights' device and dtype; decode
-        writes into it in place."""
+    def setup_caches(
+        self,
+        batch_size: int,
+        max_seq_len: int | None = None,
+        kv_cache_tokens: int = KV_CACHE_TOKENS,
+        block_size: int = BLOCK_SIZE,
+    ) -> None:
+        """Allocate one pool of KV blocks for a budget of `kv_cache_tokens` (all rows
+        together) and every layer's paged cache in it, once, on the weights' device and
+        dtype; rows take blocks as they grow (block_allocator.py)."""
         max_seq_len = max_seq_len or self.args.max_seq_len
         weight = self.embed_tokens.weight
+        self.block_allocator = BlockAllocator(
+            batch_size,
+            pool_blocks(kv_cache_tokens, block_size),
+            block_size,
+            max_seq_len,
+            device=weight.device,
+        )
         for layer in self.layers:
             attn = layer.self_attn
-            attn.kv_cache = KVCache(
-                batch_size,
+            attn.kv_cache = PagedKVCache(
+                self.block_allocator,
                 attn.num_kv_heads,
-                max_seq_len,
                 attn.head_dim,
                 attn.ops,
                 dtype=weight.dtype,
                 device=weight.device,
             )
+
+    def prepare_decode(self, kv_len: list[int], active: list[bool] | None = None) -> None:
+        """Host side, before each decode call: reserve a block for a row entering a new one
+        and fill the slot_mapping (an inactive row, finished or padding, writes the null
+        block). Raises CacheBudgetError when the pool is exhausted."""
+        self.block_allocator.decode_slots(kv_len, active or [True] * len(kv_len))
 
     def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """Logits of the last position of each row: (batch, 1, vocab)."""
@@ -78,11 +98,13 @@ class Transformer(nn.Module):
             h = h[:, -1:]
         return self.lm_head(self.norm(h))
 
-    def _step(self, input_ids, position_ids, kv_len, lengths_q, lengths_kv, is_prefill):
+    def _step(
+        self, input_ids, position_ids, kv_len, lengths_q, lengths_kv, is_prefill, cache_row=None
+    ):
         if self.layers[0].self_attn.kv_cache is None:
             raise RuntimeError("no KV cache: call model.setup_caches(batch_size) first")
         cos, sin = self.rotary(position_ids)
-        meta = AttentionMetadata(cos, sin, kv_len, lengths_q, lengths_kv, is_prefill)
+        meta = AttentionMetadata(cos, sin, kv_len, lengths_q, lengths_kv, is_prefill, cache_row)
         return self(input_ids, meta)
 
     def prefill(
@@ -92,10 +114,26 @@ class Transformer(nn.Module):
         kv_len: torch.Tensor,
         actual_seq_lengths_q: Lengths,
         actual_seq_lengths_kv: Lengths,
+        cache_row: int | None = None,
     ) -> torch.Tensor:
-        """Eager: prompt lengths vary, so prefill is never compiled."""
+        """Eager: prompt lengths vary, so prefill is never compiled. With `cache_row`, a
+        batch-1 prompt fills that row of the KV cache only (a ragged batch, generation.py)."""
+        # A new prompt per row: its old blocks go back to the pool, then the prompt's are
+        # reserved once for every layer (CacheBudgetError, nothing written, when they do
+        # not fit the budget).
+        rows = range(input_ids.shape[0]) if cache_row is None else [cache_row]
+        for row in rows:
+            self.block_allocator.release(row)
+        for row in rows:
+            self.block_allocator.reserve(row, input_ids.shape[1])
         return self._step(
-            input_ids, position_ids, kv_len, actual_seq_lengths_q, actual_seq_lengths_kv, True
+            input_ids,
+            position_ids,
+            kv_len,
+            actual_seq_lengths_q,
+            actual_seq_lengths_kv,
+            True,
+            cache_row,
         )
 
     def decode(

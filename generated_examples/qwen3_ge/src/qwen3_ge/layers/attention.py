@@ -1,5 +1,7 @@
 """Grouped-query attention over the preallocated KV cache."""
 
+from __future__ import annotations
+
 from types import ModuleType
 from typing import NamedTuple
 
@@ -22,6 +24,7 @@ class AttentionMetadata(NamedTuple):
     actual_seq_lengths_q: Lengths
     actual_seq_lengths_kv: Lengths
     is_prefill: bool  # a Python bool: prefill and decode are separate graphs
+    cache_row: int | None = None  # prefill of one row of a ragged batch (eager only)
 
 
 class Attention(nn.Module):
@@ -51,20 +54,20 @@ class Attention(nn.Module):
         q, k = self.ops.apply_rotary(q, k, meta.cos, meta.sin)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # BNSD
 
-        if meta.is_prefill:
-            self.kv_cache.write_prefix(k, v)
-        else:
+        if meta.is_prefill:  # causal attention over the prompt itself, then cache it
+            self.kv_cache.write_prefix(k, v, meta.cache_row)
+            out = self.ops.attention(
+                q,
+                k,
+                v,
+                meta.actual_seq_lengths_q,
+                meta.actual_seq_lengths_kv,
+                num_heads=self.num_heads,
+                num_kv_heads=self.num_kv_heads,
+                scale=self.scale,
+                causal=True,
+            )
+        else:  # the new token into the cache, then attention over the row's cached keys
             self.kv_cache.update(meta.kv_len, k, v)
-            k, v = self.kv_cache.k_cache, self.kv_cache.v_cache
-        out = self.ops.attention(
-            q,
-            k,
-            v,
-            meta.actual_seq_lengths_q,
-            meta.actual_seq_lengths_kv,
-            num_heads=self.num_heads,
-            num_kv_heads=self.num_kv_heads,
-            scale=self.scale,
-            causal=meta.is_prefill,
-        )
+            out = self.kv_cache.attend(q, meta, num_heads=self.num_heads, scale=self.scale)
         return self.o_proj(out.transpose(1, 2).reshape(bsz, seq_len, -1))

@@ -134,3 +134,50 @@ def moe_experts(
         export_for_source_row=None,
         drop_pad_mode=2,
     )
+
+
+# Paged KV (cann-recipes-infer models/qwen3_moe `kv_cache_update`, `exec_qkv`): the cache of a
+# layer is (num_blocks, block_size, kv_heads * head_dim); slot = block_id * block_size + offset.
+
+
+def paged_scatter_update_(cache: torch.Tensor, slots: torch.Tensor, update: torch.Tensor) -> None:
+    """update [T, N, D] into cache.view(-1, N, D) at slots [T] (in place; the op does not check
+    bounds: the block allocator hands out legal slots only, the null block's for idle rows)."""
+    torch_npu.npu_scatter_nd_update_(cache.view(-1, *update.shape[1:]), slots.view(-1, 1), update)
+
+
+def paged_attention(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    actual_seq_lengths_q: Lengths,  # noqa: ARG001 (one query token per row)
+    actual_seq_lengths_kv: Lengths,
+    *,
+    num_heads: int,
+    num_kv_heads: int,
+    scale: float,
+    block_size: int,
+) -> torch.Tensor:
+    """Decode: BNSD query in, BNSD out. The fused attention reads each row's blocks through
+    block_table (int32 [B, max_blocks]); its page-attention mode takes the (blocknum,
+    blocksize, H) cache with a BSH query and per-row actual_seq_lengths_kv, no mask."""
+    if isinstance(actual_seq_lengths_kv, torch.Tensor):
+        fia = torchair.ops.npu_fused_infer_attention_score
+    else:
+        fia = torch_npu.npu_fused_infer_attention_score
+    bsz, _, q_len, head_dim = query.shape
+    out, _ = fia(
+        query.transpose(1, 2).reshape(bsz, q_len, num_heads * head_dim),
+        k_cache,
+        v_cache,
+        block_table=block_table,
+        block_size=block_size,
+        actual_seq_lengths_kv=actual_seq_lengths_kv,
+        num_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        scale=scale,
+        input_layout="BSH",
+        sparse_mode=0,
+    )
+    return out.view(bsz, q_len, num_heads, head_dim).transpose(1, 2)

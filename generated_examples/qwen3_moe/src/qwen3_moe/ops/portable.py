@@ -191,3 +191,83 @@ def moe_experts(
     slots = torch.empty_like(y).index_copy_(0, order, y).view(num_tokens, top_k, -1)
     out = (slots * weights.to(y.dtype).unsqueeze(-1)).sum(dim=1)
     return out if shared is None else out + shared
+
+
+def paged_scatter_update_(cache: torch.Tensor, slots: torch.Tensor, update: torch.Tensor) -> None:
+    """cache.view(-1, N, D)[slots[t]] = update[t], in place (npu_scatter_nd_update_'s maths):
+    cache is (num_blocks, block_size, N * D), slot = block_id * block_size + offset."""
+    cache.view(-1, *update.shape[1:])[slots] = update
+
+
+def _paged_reference(query, k_cache, v_cache, block_table, lengths_kv: Lengths, block_size, scale):
+    """Gather each row's blocks through the block table, then the contiguous maths."""
+    bsz, _, _, head_dim = query.shape
+    longest = int(max(lengths_kv))
+    blocks = block_table[:, : -(-longest // block_size)].long()
+
+    def gathered(cache):
+        rows = cache[blocks].view(bsz, blocks.shape[1] * block_size, -1, head_dim)
+        return rows.transpose(1, 2)  # BNSD
+
+    return _reference_attention(
+        query, gathered(k_cache), gathered(v_cache), lengths_kv, scale, causal=False
+    )
+
+
+@torch.library.custom_op("qwen3_moe::paged_attention", mutates_args=())
+def paged_attention_op(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    actual_seq_lengths_kv: list[int],
+    block_size: int,
+    scale: float,
+) -> torch.Tensor:
+    return _paged_reference(
+        query, k_cache, v_cache, block_table, actual_seq_lengths_kv, block_size, scale
+    )
+
+
+@torch.library.custom_op("qwen3_moe::paged_attention_t", mutates_args=())
+def paged_attention_op_t(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    actual_seq_lengths_kv: torch.Tensor,
+    block_size: int,
+    scale: float,
+) -> torch.Tensor:
+    return _paged_reference(
+        query, k_cache, v_cache, block_table, actual_seq_lengths_kv, block_size, scale
+    )
+
+
+@paged_attention_op.register_fake
+@paged_attention_op_t.register_fake
+def _(query, *_schema_args):
+    return torch.empty_like(query)
+
+
+def paged_attention(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    actual_seq_lengths_q: Lengths,  # noqa: ARG001 (the NPU op's; one query token per row)
+    actual_seq_lengths_kv: Lengths,
+    *,
+    num_heads: int,  # noqa: ARG001 (ops/npu.py needs the head counts; here shapes carry them)
+    num_kv_heads: int,  # noqa: ARG001
+    scale: float,
+    block_size: int,
+) -> torch.Tensor:
+    """Decode attention over the paged cache: BNSD query in, BNSD out; Tensor lengths pick
+    the torchair-style op, lists the torch_npu one (as `attention`)."""
+    op = (
+        paged_attention_op_t
+        if isinstance(actual_seq_lengths_kv, torch.Tensor)
+        else paged_attention_op
+    )
+    return op(query, k_cache, v_cache, block_table, actual_seq_lengths_kv, block_size, scale)

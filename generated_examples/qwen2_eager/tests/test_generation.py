@@ -1,0 +1,223 @@
+"""generation.generate: a ragged batch equals each prompt generated alone (and transformers),
+rows stop on EOS while the others go on with no recompile and no cache write past a row's
+end, sampling is reproducible for a seed."""
+
+import json
+from importlib.util import find_spec
+
+import pytest
+import torch
+from conftest import RENDERED_CONFIG, TINY, compile_config, tiny_model
+
+from qwen2_eager import (
+    ops,
+)
+from qwen2_eager.generation import (
+    eos_token_ids,
+    generate,
+)
+from qwen2_eager.graph import (
+    compile_decode,
+    graph_break_count,
+    graph_count,
+)
+from qwen2_eager.metadata import (
+    CacheOverflowError,
+)
+from qwen2_eager.sampling import (
+    TokenSampler,
+)
+
+LENGTHS = (5, 9, 1, 7)  # one batch, four prompt lengths (one a single token)
+NEW_TOKENS = 8
+RTOL = ATOL = 1e-4  # fp32 logits
+LENGTH_FORMS = {
+    "host-lists+dynamic": False,
+    "tensor-lengths+static": True,
+}
+SENTINEL = 123.0
+
+
+def prompts(lengths=LENGTHS, seed: int = 4, vocab: int = TINY.vocab_size) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (n,), generator=generator).tolist() for n in lengths]
+
+
+def compiled(model, tensor_lengths: bool):
+    return compile_decode(model, compile_config("npugraph_ex", tensor_lengths))
+
+
+def rows_of(result, row: int) -> torch.Tensor:
+    """Row `row`'s logits at the steps that produced its tokens: (n_tokens, vocab)."""
+    steps = len(result.tokens[row])
+    return torch.stack([step[row, -1] for step in result.logits[:steps]])
+
+
+@pytest.mark.parametrize("tensor_lengths", LENGTH_FORMS.values(), ids=LENGTH_FORMS.keys())
+def test_ragged_batch_equals_each_prompt_alone(tensor_lengths):
+    batch = prompts()
+    model = tiny_model(batch=len(batch))
+    decode = compiled(model, tensor_lengths)
+    together = generate(
+        model, decode, batch, NEW_TOKENS, tensor_lengths=tensor_lengths, keep_logits=True
+    )
+    for row, ids in enumerate(batch):
+        alone_model = tiny_model(batch=1)
+        alone = generate(alone_model, alone_model.decode, [ids], NEW_TOKENS, keep_logits=True)
+        assert together.tokens[row] == alone.tokens[0], f"row {row}"
+        torch.testing.assert_close(
+            rows_of(together, row), rows_of(alone, 0), rtol=RTOL, atol=ATOL, msg=f"row {row}"
+        )
+        assert len(together.tokens[row]) == NEW_TOKENS
+
+
+def test_equal_length_prompts_take_one_batched_prefill():
+    batch = prompts(lengths=(6, 6, 6))
+    model = tiny_model(batch=3)
+    calls = []
+    prefill = model.prefill
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("cache_row"))
+        return prefill(*args, **kwargs)
+
+    model.prefill = counting
+    generate(model, model.decode, batch, 2)
+    assert calls == [None]
+    calls.clear()
+    generate(model, model.decode, prompts(lengths=(6, 2, 6)), 2)
+    assert calls == [0, 1, 2]  # ragged: one batch-1 prefill per cache row
+
+
+def test_eos_stops_a_row_while_the_others_go_on_without_recompiles():
+    batch = prompts()
+    model = tiny_model(batch=len(batch))
+    decode = compiled(model, tensor_lengths=False)
+    reference = generate(model, decode, batch, NEW_TOKENS)  # also the warm-up
+    # an EOS id that row 0 produces 3rd and no other row ever produces
+    others = {t for row in reference.tokens[1:] for t in row}
+    stop_at, eos = next(
+        (i, t) for i, t in enumerate(reference.tokens[0]) if i >= 2 and t not in others
+    )
+    for layer in model.layers:  # mark every cache slot: no write may reach past a row's end
+        layer.self_attn.kv_cache.k_cache.fill_(SENTINEL)
+        layer.self_attn.kv_cache.v_cache.fill_(SENTINEL)
+    graphs, breaks = graph_count(), graph_break_count()
+    writes = []
+    result = generate(
+        model,
+        decode,
+        batch,
+        NEW_TOKENS,
+        eos_token_ids={eos},
+        on_step=lambda step: writes.append(step["kv_len"].tolist()),
+    )
+    assert graph_count() == graphs, "decode recompiled when a row finished"
+    assert graph_break_count() == breaks
+    assert result.tokens[0] == reference.tokens[0][: stop_at + 1]
+    assert result.stopped_on_eos == [True, False, False, False]
+    assert result.tokens[1:] == reference.tokens[1:]
+    assert len(writes) == NEW_TOKENS - 1  # the other rows ran every step
+    for row, (n, tokens) in enumerate(zip(LENGTHS, result.tokens, strict=True)):
+        end = n + len(tokens) - 1  # positions [0, end) hold this row's prompt and fed tokens
+        assert max(step[row] for step in writes) == end - 1, f"row {row}"
+        for layer in model.layers:
+            cache = layer.self_attn.kv_cache
+            assert (cache.k_cache[row, :, :end] != SENTINEL).all(), f"row {row} not written"
+            assert (cache.k_cache[row, :, end:] == SENTINEL).all(), f"row {row} written past {end}"
+            assert (cache.v_cache[row, :, end:] == SENTINEL).all()
+
+
+def test_a_row_done_at_prefill_rewrites_only_its_last_prompt_slot():
+    batch = prompts(lengths=(4, 6))
+    model = tiny_model(batch=2)
+    result = generate(model, model.decode, batch, [1, 5])  # row 0: one token, from prefill
+    assert [len(t) for t in result.tokens] == [1, 5]
+    assert [pos[0] for pos in result.positions] == [3] * 4  # its last prompt slot
+    assert [pos[1] for pos in result.positions] == [6, 7, 8, 9]
+
+
+def test_sampling_is_reproducible_for_a_seed_and_stays_out_of_the_graph():
+    batch = prompts()
+    model = tiny_model(batch=len(batch))
+    decode = compiled(model, tensor_lengths=False)
+
+    def run(seed: int):
+        sampler = TokenSampler(temperature=1.0, top_k=20, top_p=0.9, seed=seed)
+        return generate(model, decode, batch, NEW_TOKENS, sampler=sampler).tokens
+
+    first = run(7)
+    graphs = graph_count()
+    assert run(7) == first
+    assert run(8) != first
+    assert graph_count() == graphs  # the sampler runs on the host, after the graph
+
+
+def test_lengths_that_do_not_fit_are_refused_before_running():
+    model = tiny_model(batch=1)
+    fits = TINY.max_seq_len - NEW_TOKENS + 1
+    generate(model, model.decode, [[1] * fits], NEW_TOKENS)  # the last slot: fine
+    with pytest.raises(CacheOverflowError, match=f"row 0: prompt {fits + 1}"):
+        generate(model, model.decode, [[1] * (fits + 1)], NEW_TOKENS)
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"generation_config.json": {"eos_token_id": [2, 7]}, "config.json": {}}, {2, 7}),
+        ({"generation_config.json": {"eos_token_id": 5}, "config.json": {"eos_token_id": 1}}, {5}),
+        ({"config.json": {"eos_token_id": 1}}, {1}),
+        ({"config.json": {"bos_token_id": 1}}, set()),
+    ],
+)
+def test_eos_ids_come_from_the_checkpoint(tmp_path, files, expected):
+    for name, content in files.items():
+        (tmp_path / name).write_text(json.dumps(content))
+    assert eos_token_ids(tmp_path) == expected
+    assert eos_token_ids("") == set()
+
+
+@pytest.mark.skipif(
+    find_spec("transformers") is None or find_spec("safetensors") is None,
+    reason="needs the test-only dependencies transformers and safetensors",
+)
+def test_ragged_batch_matches_transformers_per_prompt(tmp_path):
+    """Each row of a ragged batch (compiled decode) equals transformers' greedy `generate`
+    of that prompt alone: tokens, and logits within 1e-4."""
+    from test_hf_parity import CONFIGS, hf_model
+
+    from qwen2_eager.weights import (
+        load_pretrained,
+    )
+
+    if not CONFIGS:
+        pytest.skip("no HF model_type fits this package")
+    reference = hf_model(next(iter(CONFIGS)))
+    reference.save_pretrained(tmp_path)
+    batch = prompts(vocab=reference.config.vocab_size)
+    model = load_pretrained(tmp_path, ops.load("portable"), batch_size=len(batch))
+    config = RENDERED_CONFIG
+    if config.exe_mode == "eager":
+        config = compile_config("npugraph_ex", False)
+    decode = compile_decode(model, config)
+    ours = generate(
+        model, decode, batch, NEW_TOKENS, tensor_lengths=config.tensor_lengths, keep_logits=True
+    )
+    for row, ids in enumerate(batch):
+        prompt = torch.tensor([ids])
+        with torch.inference_mode():
+            out = reference.generate(
+                prompt,
+                attention_mask=torch.ones_like(prompt),
+                max_new_tokens=NEW_TOKENS,
+                do_sample=False,
+                output_logits=True,
+                return_dict_in_generate=True,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+        assert ours.tokens[row] == out.sequences[0, len(ids) :].tolist(), f"row {row}"
+        expected = torch.cat(out.logits, dim=0)  # (NEW_TOKENS, vocab)
+        torch.testing.assert_close(
+            rows_of(ours, row), expected, rtol=RTOL, atol=ATOL, msg=f"row {row}"
+        )
