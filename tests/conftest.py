@@ -53,3 +53,45 @@ def require_npu_emulation() -> None:
     if required():
         pytest.fail(f"{NO_NPU_PYTHON}; ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION=1 requires it")
     pytest.skip(NO_NPU_PYTHON)
+
+
+def run_npu_code(
+    code: str,
+    stub_root: str,
+    *args: str,
+    timeout: int = 600,
+    env_extra: dict | None = None,
+) -> dict:
+    """Run ``code`` in the emulation interpreter (``emu`` is scaffold.npu_emulation's
+    emulation module, ``json``/``sys`` imported); it prints one ``RESULT=<json>`` line.
+    The platform is the emulation's default unless ``env_extra`` names one."""
+    import json
+    import subprocess
+    import textwrap
+
+    drop = (
+        "TORCH_DEVICE_BACKEND_AUTOLOAD",
+        "ASCEND_SCAFFOLD_NPU_STRICT",
+        "ASCEND_SCAFFOLD_NPU_PLATFORM",
+    )
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(env_extra or {})
+    env["ASCEND_SCAFFOLD_NPU_STUBS"] = stub_root
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])  # this checkout's scaffold
+    prelude = "import json, sys\nfrom scaffold.npu_emulation import emulation as emu\n"
+    proc = subprocess.run(
+        [NPU_PYTHON, "-c", prelude + textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT=")]
+    assert proc.returncode == 0 and lines, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(lines[-1][len("RESULT=") :])
+
+
+@pytest.fixture(scope="module")
+def stub_root(tmp_path_factory) -> str:
+    """Where the emulation's stand-in CANN libraries are built (once, then cached)."""
+    return os.environ.get("ASCEND_SCAFFOLD_NPU_STUBS") or str(tmp_path_factory.mktemp("stubs"))

@@ -10,14 +10,11 @@ interpreter, so this test process never imports torch_npu.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import NPU_PYTHON, require_npu_emulation
+from conftest import NPU_PYTHON, require_npu_emulation, run_npu_code
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,35 +24,7 @@ def _needs_emulation():
     require_npu_emulation()
 
 
-@pytest.fixture(scope="module")
-def stub_root(tmp_path_factory) -> str:
-    return os.environ.get("ASCEND_SCAFFOLD_NPU_STUBS") or str(tmp_path_factory.mktemp("stubs"))
-
-
-def run_npu(
-    code: str, stub_root: str, *args: str, timeout: int = 600, env_extra: dict | None = None
-) -> dict:
-    """Run ``code`` in the emulation interpreter; it prints one ``RESULT=<json>`` line."""
-    drop = (
-        "TORCH_DEVICE_BACKEND_AUTOLOAD",
-        "ASCEND_SCAFFOLD_NPU_STRICT",
-        "ASCEND_SCAFFOLD_NPU_PLATFORM",
-    )
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(env_extra or {})
-    env["ASCEND_SCAFFOLD_NPU_STUBS"] = stub_root
-    env["PYTHONPATH"] = str(REPO)  # this checkout's scaffold.npu_emulation
-    prelude = "import json, sys\nfrom scaffold.npu_emulation import emulation as emu\n"
-    proc = subprocess.run(
-        [NPU_PYTHON, "-c", prelude + textwrap.dedent(code), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT=")]
-    assert proc.returncode == 0 and lines, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(lines[-1][len("RESULT=") :])
+run_npu = run_npu_code
 
 
 def test_activate_imports_torch_npu_and_torchair(stub_root):

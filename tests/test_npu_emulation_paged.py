@@ -13,16 +13,10 @@ where ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION=1 (CI).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import textwrap
-from pathlib import Path
 
 import pytest
-from conftest import NPU_PYTHON, require_npu_emulation
-
-REPO = Path(__file__).resolve().parents[1]
+from conftest import require_npu_emulation, run_npu_code
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,30 +24,10 @@ def _needs_emulation():
     require_npu_emulation()
 
 
-@pytest.fixture(scope="module")
-def stub_root(tmp_path_factory) -> str:
-    return os.environ.get("ASCEND_SCAFFOLD_NPU_STUBS") or str(tmp_path_factory.mktemp("stubs"))
-
-
 def run_npu(code: str, stub_root: str, *args: str, env_extra: dict | None = None) -> dict:
-    """Run ``code`` in the emulation interpreter; it prints one ``RESULT=<json>`` line."""
-    drop = ("TORCH_DEVICE_BACKEND_AUTOLOAD", "ASCEND_SCAFFOLD_NPU_STRICT")
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env["ASCEND_SCAFFOLD_NPU_PLATFORM"] = "A3"
-    env.update(env_extra or {})
-    env["ASCEND_SCAFFOLD_NPU_STUBS"] = stub_root
-    env["PYTHONPATH"] = str(REPO)  # this checkout's scaffold.npu_emulation
-    prelude = "import json, sys\nfrom scaffold.npu_emulation import emulation as emu\n"
-    proc = subprocess.run(
-        [NPU_PYTHON, "-c", prelude + PAGED + textwrap.dedent(code), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT=")]
-    assert proc.returncode == 0 and lines, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(lines[-1][len("RESULT=") :])
+    """``code`` after the package's calls (PAGED), on A3, in the emulation interpreter."""
+    env = {"ASCEND_SCAFFOLD_NPU_PLATFORM": "A3", **(env_extra or {})}
+    return run_npu_code(PAGED + textwrap.dedent(code), stub_root, *args, env_extra=env)
 
 
 # The package's calls (write and decode read), and a block pool as cann-recipes-infer's:
