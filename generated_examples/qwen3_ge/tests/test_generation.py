@@ -94,11 +94,18 @@ def test_eos_stops_a_row_while_the_others_go_on_without_recompiles():
     model = tiny_model(batch=len(batch))
     decode = compiled(model, tensor_lengths=False)
     reference = generate(model, decode, batch, NEW_TOKENS)  # also the warm-up
-    # an EOS id that row 0 produces 3rd and no other row ever produces
-    others = {t for row in reference.tokens[1:] for t in row}
-    stop_at, eos = next(
-        (i, t) for i, t in enumerate(reference.tokens[0]) if i >= 2 and t not in others
-    )
+    # an EOS id no row produces, which row 0 is made to pick as its 3rd token (a sampler
+    # that is greedy otherwise): whatever the random weights, row 0 stops there
+    produced = {t for row in reference.tokens for t in row}
+    eos = next(t for t in range(TINY.vocab_size) if t not in produced)
+    stop_at, calls = 2, []
+
+    def greedy_but_row0_stops(logits):
+        chosen = logits.argmax(-1)
+        if len(calls) == stop_at:
+            chosen[0] = eos
+        calls.append(1)
+        return chosen
     for layer in model.layers:  # mark every cache slot: no write may reach past a row's end
         layer.self_attn.kv_cache.k_cache.fill_(SENTINEL)
         layer.self_attn.kv_cache.v_cache.fill_(SENTINEL)
@@ -110,11 +117,12 @@ def test_eos_stops_a_row_while_the_others_go_on_without_recompiles():
         batch,
         NEW_TOKENS,
         eos_token_ids={eos},
+        sampler=greedy_but_row0_stops,
         on_step=lambda step: writes.append(step["kv_len"].tolist()),
     )
     assert graph_count() == graphs, "decode recompiled when a row finished"
     assert graph_break_count() == breaks
-    assert result.tokens[0] == reference.tokens[0][: stop_at + 1]
+    assert result.tokens[0] == [*reference.tokens[0][:stop_at], eos]
     assert result.stopped_on_eos == [True, False, False, False]
     assert result.tokens[1:] == reference.tokens[1:]
     assert len(writes) == NEW_TOKENS - 1  # the other rows ran every step
