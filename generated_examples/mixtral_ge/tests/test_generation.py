@@ -106,6 +106,7 @@ def test_eos_stops_a_row_while_the_others_go_on_without_recompiles():
             chosen[0] = eos
         calls.append(1)
         return chosen
+
     for layer in model.layers:  # mark every cache slot: no write may reach past a row's end
         layer.self_attn.kv_cache.k_cache.fill_(SENTINEL)
         layer.self_attn.kv_cache.v_cache.fill_(SENTINEL)

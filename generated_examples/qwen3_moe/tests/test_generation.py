@@ -106,6 +106,7 @@ def test_eos_stops_a_row_while_the_others_go_on_without_recompiles():
             chosen[0] = eos
         calls.append(1)
         return chosen
+
     graphs, breaks = graph_count(), graph_break_count()
     writes = []
     result = generate(
