@@ -435,9 +435,17 @@ def cache_check(
         return Check("compile cache", NOT_APPLICABLE, {}, ["no config file to start from"])
     with tempfile.TemporaryDirectory(prefix="compile-cache-") as fresh:
         command = [
-            sys.executable, "-m", "qwen3_moe.validate", "--config", config_path,
-            "--warmup-only", "--output-path", fresh, "--portable-backend", portable_backend,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            f"{__package__}.validate",
+            "--config",
+            config_path,
+            "--warmup-only",
+            "--output-path",
+            fresh,
+            "--portable-backend",
+            portable_backend,
+        ]
         figures = warm_start_figures(command, Path(fresh) / "compile_cache")
     problem = cache_problem(figures)
     notes = [problem] if problem else ["two processes, the same fresh cache directory"]
