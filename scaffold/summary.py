@@ -65,7 +65,7 @@ def _kv_cache_line(s: ModelSpec) -> str:
         blocks = -(-s.kv_cache_tokens // s.block_size)
         return (
             f"  KV cache    paged: {blocks:,} blocks of {s.block_size} tokens + 1 null block "
-            f"(budget {s.kv_cache_tokens:,} tokens for {s.batch_size} rows of up to "
+            f"(budget {s.kv_cache_tokens:,} tokens for batch_size {s.batch_size}, rows of up to "
             f"{s.max_seq_len:,}) x K,V x {s.num_hidden_layers} layers, preallocated, written in "
             f"place at slot_mapping: {gib(s.kv_cache_bytes)}"
         )
