@@ -142,11 +142,17 @@ def parameter_count(a: Mapping[str, Any]) -> int:
     return blocks + embeddings + hidden
 
 
+def paged_blocks(a: Mapping[str, Any]) -> int:
+    """Blocks of a paged cache's budget, the null block not included (block_allocator.py's
+    pool_blocks adds it)."""
+    return -(-a["kv_cache_tokens"] // a["block_size"])
+
+
 def kv_cache_tokens(a: Mapping[str, Any]) -> int:
     """Token positions the KV cache holds: batch x max_seq_len (contiguous), or the paged
     pool's blocks, the null block included."""
     if a.get("kv_cache") == "paged":
-        return (-(-a["kv_cache_tokens"] // a["block_size"]) + 1) * a["block_size"]
+        return (paged_blocks(a) + 1) * a["block_size"]
     return a["batch_size"] * a["max_seq_len"]
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .render import BACKUP_DIR, Placement
-from .spec import ModelSpec, gib, moe_layers
+from .spec import ModelSpec, gib, moe_layers, paged_blocks
 
 _MODES = {
     "eager": "prefill and decode eager; nothing is compiled",
@@ -62,7 +62,7 @@ def _moe_line(spec: ModelSpec) -> list[str]:
 
 def _kv_cache_line(s: ModelSpec) -> str:
     if s.kv_cache == "paged":
-        blocks = -(-s.kv_cache_tokens // s.block_size)
+        blocks = paged_blocks(s.answers())
         return (
             f"  KV cache    paged: {blocks:,} blocks of {s.block_size} tokens + 1 null block "
             f"(budget {s.kv_cache_tokens:,} tokens for batch_size {s.batch_size}, rows of up to "

@@ -27,7 +27,7 @@ import torch
 
 from . import ops
 from .architecture import ModelArgs
-from .generation import Generation, eos_token_ids, generate
+from .generation import Generation, cache_shape, eos_token_ids, generate
 from .graph import PORTABLE_BACKENDS, compile_decode, graph_break_count, graph_count
 from .inference_config import (
     NEW_TOKENS_KEY,
@@ -85,8 +85,7 @@ def build_model(args: ModelArgs, config: InferenceConfig, device: torch.device) 
 
 def cache_len(model: Transformer) -> int:
     """Positions the KV cache (and RoPE table) hold: host ints from shapes, no device sync."""
-    caches = [layer.self_attn.kv_cache.capacity[1] for layer in model.layers[:1]]
-    return min([model.args.max_seq_len, *caches])
+    return cache_shape(model)[1]
 
 
 @torch.inference_mode()

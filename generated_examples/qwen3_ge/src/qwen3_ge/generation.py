@@ -69,7 +69,7 @@ def eos_token_ids(model_path: str | Path | None) -> set[int]:
     return set()
 
 
-def _cache_shape(model) -> tuple[int, int]:
+def cache_shape(model) -> tuple[int, int]:
     """(batch rows, positions) of the KV cache, from shapes (no device sync)."""
     cache = model.layers[0].self_attn.kv_cache
     if cache is None:
@@ -118,7 +118,7 @@ def generate(
     anything runs. `on_step`, if given, gets each decode step's inputs (as kwargs) before
     the call: tests use it to watch the writes.
     """
-    rows, max_seq_len = _cache_shape(model)
+    rows, max_seq_len = cache_shape(model)
     if len(prompts) != rows:
         raise InputError(f"{len(prompts)} prompts for a KV cache of {rows} rows")
     budgets = [max_new_tokens] * rows if isinstance(max_new_tokens, int) else list(max_new_tokens)
