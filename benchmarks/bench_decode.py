@@ -70,7 +70,7 @@ def load_package(ckpt: Path, dest: Path, name: str = NAME):
     given.update(model_name=name)  # rendered for the device (bf16); run here in fp32
     render(validate(collect_answers(given, defaults=True)), dest)
     sys.path.insert(0, str(dest / "src"))
-    mods = ("graph", "inference_config", "metadata", "ops", "weights")
+    mods = ("graph", "inference_config", "metadata", "ops", "sampling", "weights")
     return {m: importlib.import_module(f"{name}.{m}") for m in mods}
 
 
@@ -84,9 +84,9 @@ def package_generate(pkg, model, decode, prompt, steps):
     Returns per-step total ms, the tokens, and the per-step split: host ms building the
     step inputs (`metadata.decode_inputs`) and ms in the decode call.
     """
-    meta = pkg["metadata"]
+    meta, greedy = pkg["metadata"], pkg["sampling"].greedy
     logits = model.prefill(**meta.prefill_inputs(prompt).as_kwargs())
-    tokens, times, host, call = [logits.argmax(-1)], [], [], []
+    tokens, times, host, call = [greedy(logits)], [], [], []
     kv_len = [prompt.shape[1]] * prompt.shape[0]
     for _ in range(steps):
         start = time.perf_counter()
@@ -94,7 +94,7 @@ def package_generate(pkg, model, decode, prompt, steps):
         built = time.perf_counter()
         logits = decode(**step)
         called = time.perf_counter()
-        tokens.append(logits.argmax(-1))
+        tokens.append(greedy(logits))
         times.append((time.perf_counter() - start) * 1e3)
         host.append((built - start) * 1e3)
         call.append((called - built) * 1e3)

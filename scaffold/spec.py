@@ -148,12 +148,17 @@ def paged_blocks(a: Mapping[str, Any]) -> int:
     return -(-a["kv_cache_tokens"] // a["block_size"])
 
 
+# The contiguous cache's spare position per row, past max_seq_len, that decode never writes
+# (the rendered kv_cache.py says why: it keeps the step that fills the cache from recompiling).
+CACHE_SPARE_POSITIONS = 1
+
+
 def kv_cache_tokens(a: Mapping[str, Any]) -> int:
-    """Token positions the KV cache holds: batch x max_seq_len (contiguous), or the paged
-    pool's blocks, the null block included."""
+    """Token positions the KV cache holds: batch x (max_seq_len + the spare) (contiguous),
+    or the paged pool's blocks, the null block included."""
     if a.get("kv_cache") == "paged":
         return (paged_blocks(a) + 1) * a["block_size"]
-    return a["batch_size"] * a["max_seq_len"]
+    return a["batch_size"] * (a["max_seq_len"] + CACHE_SPARE_POSITIONS)
 
 
 def kv_cache_bytes(a: Mapping[str, Any]) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .render import BACKUP_DIR, Placement
-from .spec import ModelSpec, gib, moe_layers, paged_blocks
+from .spec import CACHE_SPARE_POSITIONS, ModelSpec, gib, moe_layers, paged_blocks
 
 _MODES = {
     "eager": "prefill and decode eager; nothing is compiled",
@@ -70,7 +70,8 @@ def _kv_cache_line(s: ModelSpec) -> str:
             f"place at slot_mapping: {gib(s.kv_cache_bytes)}"
         )
     return (
-        f"  KV cache    BNSD ({s.batch_size}, {s.num_key_value_heads}, {s.max_seq_len:,}, "
+        f"  KV cache    BNSD ({s.batch_size}, {s.num_key_value_heads}, "
+        f"{s.max_seq_len + CACHE_SPARE_POSITIONS:,}, "
         f"{s.head_dim}) x K,V x {s.num_hidden_layers} layers, preallocated, written in place: "
         f"{gib(s.kv_cache_bytes)} (batch_size {s.batch_size}, max_seq_len {s.max_seq_len:,})"
     )

@@ -217,8 +217,8 @@ def test_summary_before_writing_states_the_design(cli, tmp_path):
         "exe_mode    npugraph_ex",
         "fa_interface=torch_npu; enable_dynamic_graph true: torch_npu's attention takes host",
         "torch_npu.npu_fused_infer_attention_score",
-        # 8 layers x K,V x (8, 4, 2048, 64) x 2 bytes
-        "BNSD (8, 4, 2,048, 64) x K,V x 8 layers, preallocated, written in place: 128.0 MiB",
+        # 8 layers x K,V x (8, 4, 2048 + the spare position, 64) x 2 bytes
+        "BNSD (8, 4, 2,049, 64) x K,V x 8 layers, preallocated, written in place: 128.1 MiB",
         "new      src/llama_tiny/modeling.py",
     ):
         assert expected in out

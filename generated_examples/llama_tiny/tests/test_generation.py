@@ -71,6 +71,27 @@ def test_ragged_batch_equals_each_prompt_alone(tensor_lengths):
         assert len(together.tokens[row]) == NEW_TOKENS
 
 
+@pytest.mark.parametrize("tensor_lengths", LENGTH_FORMS.values(), ids=LENGTH_FORMS.keys())
+def test_inductor_stand_in_equals_eager_up_to_the_last_cache_position(tensor_lengths):
+    """The perf stand-in (attention traced as maths, graph.py) gives eager's tokens and
+    logits on a ragged batch that fills every row's cache, from one graph: the step that
+    reads all max_seq_len positions does not recompile."""
+    batch = prompts(lengths=(5, 9))
+    budgets = [TINY.max_seq_len - len(ids) + 1 for ids in batch]  # the last slot: fine
+    model = tiny_model(batch=len(batch))
+    eager = generate(model, model.decode, batch, budgets, keep_logits=True)
+    decode = compile_decode(model, compile_config("npugraph_ex", tensor_lengths), "inductor")
+    graphs = graph_count()
+    fast = generate(model, decode, batch, budgets, tensor_lengths=tensor_lengths, keep_logits=True)
+    assert graph_count() - graphs == 1, "decode recompiled on the way to max_seq_len"
+    assert max(max(step) for step in fast.positions) == TINY.max_seq_len - 1
+    assert fast.tokens == eager.tokens
+    for row in range(len(batch)):
+        torch.testing.assert_close(
+            rows_of(fast, row), rows_of(eager, row), rtol=RTOL, atol=ATOL, msg=f"row {row}"
+        )
+
+
 def test_equal_length_prompts_take_one_batched_prefill():
     batch = prompts(lengths=(6, 6, 6))
     model = tiny_model(batch=3)

@@ -16,8 +16,11 @@ def cache_buffers(model):
 
 def test_cache_shape_is_preallocated():
     model = tiny_model()
+    spare = 1  # kv_cache.py: a position past max_seq_len that decode never writes
+    shape = (BATCH, TINY.num_key_value_heads, TINY.max_seq_len + spare, TINY.head_dim)
     for buffer in cache_buffers(model):
-        assert buffer.shape == (BATCH, TINY.num_key_value_heads, TINY.max_seq_len, TINY.head_dim)
+        assert buffer.shape == shape
+    assert model.layers[0].self_attn.kv_cache.capacity == (BATCH, TINY.max_seq_len)
 
 
 def test_cache_addresses_stable_across_compiled_decode():

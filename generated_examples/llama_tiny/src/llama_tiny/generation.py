@@ -28,13 +28,9 @@ import torch
 
 from .inference_config import InputError
 from .metadata import CacheOverflowError, decode_inputs, prefill_inputs
-from .sampling import TokenSampler
+from .sampling import TokenSampler, greedy
 
 Sampler = Callable[[torch.Tensor], torch.Tensor]
-
-
-def greedy_sampler(logits: torch.Tensor) -> torch.Tensor:
-    return logits.argmax(-1)
 
 
 @dataclass
@@ -105,7 +101,7 @@ def generate(
     prompts: Sequence[Sequence[int]],
     max_new_tokens: int | Sequence[int],
     eos_token_ids: set[int] | frozenset[int] = frozenset(),
-    sampler: Sampler | TokenSampler = greedy_sampler,
+    sampler: Sampler | TokenSampler = greedy,
     tensor_lengths: bool = False,
     keep_logits: bool = False,
     on_step: Callable[[dict], None] | None = None,

@@ -1,8 +1,12 @@
 """Preallocated KV cache, written in place.
 
-Layout BNSD: (batch, kv_heads, max_seq_len, head_dim). The buffers are allocated
+Layout BNSD: (batch, kv_heads, max_seq_len + 1, head_dim). The buffers are allocated
 once, never reallocated or returned from the decode graph, so their addresses
 stay fixed across steps (graph capture replays on fixed addresses).
+
+The last position is a spare that nothing writes: decode attention reads the first
+max(lengths) positions, and with a read that can span the whole buffer torch.compile
+guards on the two being equal, a recompile on the step that fills the cache.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ class KVCache(nn.Module):
     ):
         super().__init__()
         self.ops = ops
-        shape = (batch_size, num_kv_heads, max_seq_len, head_dim)
+        shape = (batch_size, num_kv_heads, max_seq_len + 1, head_dim)  # + the spare
         self.register_buffer(
             "k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
         )
@@ -45,7 +49,7 @@ class KVCache(nn.Module):
     @property
     def capacity(self) -> tuple[int, int]:
         """(rows, positions per row), from shapes (no device sync)."""
-        return self.k_cache.shape[0], self.k_cache.shape[2]
+        return self.k_cache.shape[0], self.k_cache.shape[2] - 1
 
     def update(self, kv_len: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Decode: row b's single new token goes to position kv_len[b]."""

@@ -17,14 +17,20 @@ from torch._dynamo.utils import counters
 from .inference_config import ModelConfig
 from .modeling import Transformer
 from .ops import npu_available
+from .ops.portable import traced_attention
 
 log = logging.getLogger(__name__)
 
 PORTABLE_BACKENDS = ("aot_eager", "inductor", "eager")
 
-# Inductor's runtime checks of each fallback kernel's output (size/stride, alignment):
-# per-call host work in the generated wrapper, not maths; the CPU stand-in skips them.
-PORTABLE_INDUCTOR_OPTIONS = {"size_asserts": False, "alignment_asserts": False}
+# Inductor's runtime checks of each fallback kernel's output (size/stride, alignment) are
+# per-call host work in the generated wrapper, not maths: the CPU stand-in skips them, and
+# runs the wrapper itself as C++ (cpp_wrapper) instead of one Python call per kernel.
+PORTABLE_INDUCTOR_OPTIONS = {
+    "size_asserts": False,
+    "alignment_asserts": False,
+    "cpp_wrapper": True,
+}
 
 # npugraph_ex options for LLM decode: the option keys torch_npu's npugraph_ex config accepts
 # (torch_npu/dynamo/npugraph_ex/), with frozen_parameter as cann-recipes-infer's model runners set.
@@ -56,12 +62,13 @@ def compile_decode(
             config.dynamic,
             config.exe_mode,
         )
-        return torch.compile(  # graph-ok: npu-backend (CPU stand-in, never used on an NPU)
+        compiled = torch.compile(  # graph-ok: npu-backend (CPU stand-in, never used on an NPU)
             model.decode,
             backend=portable_backend,
             fullgraph=True,
             **portable_compile_kwargs(config, portable_backend),
         )
+        return _with_traced_attention(compiled) if portable_backend == "inductor" else compiled
     cache_dir = str(Path(config.output_path or "output") / "compile_cache")
     if config.exe_mode == "npugraph_ex":
         return _compile_npugraph_ex(model, config, cache_dir)
@@ -81,6 +88,18 @@ def portable_compile_kwargs(config: ModelConfig, portable_backend: str = "induct
         # checking stand-in, keeps them all.
         kwargs["options"]["guard_filter_fn"] = torch.compiler.skip_guard_on_all_nn_modules_unsafe
     return kwargs
+
+
+def _with_traced_attention(compiled: Callable) -> Callable:
+    """The inductor stand-in traces decode attention as plain maths (ops/portable.py's
+    `traced_attention`): the compiler fuses it with its neighbours instead of calling back
+    into a Python op in every layer. aot_eager keeps the opaque op the NPU graph has."""
+
+    def decode(*args, **kwargs):
+        with traced_attention():
+            return compiled(*args, **kwargs)
+
+    return decode
 
 
 def _compile_npugraph_ex(model: Transformer, config: ModelConfig, cache_dir: str) -> Callable:

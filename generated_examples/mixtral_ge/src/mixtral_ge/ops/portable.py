@@ -6,6 +6,9 @@ under torch.compile it is one opaque node exactly like the fused NPU op: the sam
 graph breaks, guards and recompiles show up on CPU as on the NPU.
 """
 
+import functools
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 
@@ -40,47 +43,50 @@ def scatter_update_(cache: torch.Tensor, kv_len: torch.Tensor, update: torch.Ten
     cache[rows, :, kv_len] = update[:, :, 0]
 
 
-_positions: dict[torch.device, torch.Tensor] = {}
+def _decode_attention(query, key, value, lengths_kv: Lengths, scale):
+    """One query token per row (BNSD), over the first lengths_kv[b] keys of row b.
 
-
-def _arange(n: int, device: torch.device) -> torch.Tensor:
-    """positions 0..n-1 from one preallocated arange per device (grown when needed)."""
-    cached = _positions.get(device)
-    if cached is None or cached.numel() < n:
-        cached = _positions[device] = torch.arange(max(n, 4096), device=device)
-    return cached[:n]
+    Branch-free on the lengths, so tracing it adds no guard on them: List[int] lengths
+    (SymInts under torch.compile) read only the first max(lengths) cached keys; Tensor
+    lengths keep static shapes and read the whole cache. Rows of different lengths are
+    masked; the softmax runs in fp32. GQA needs no K/V repeat: each KV head's query heads
+    are stacked on the query axis, (B, N, 1, D) -> (B, N_kv, N / N_kv, D).
+    """
+    bsz, num_heads, _, head_dim = query.shape
+    num_kv_heads = key.shape[1]
+    if isinstance(lengths_kv, torch.Tensor):
+        lengths = lengths_kv
+        if not torch.compiler.is_compiling():  # run eagerly: only what the longest row holds
+            longest = int(lengths.max())
+            key, value = key.narrow(2, 0, longest), value.narrow(2, 0, longest)
+    else:
+        longest = functools.reduce(torch.sym_max, lengths_kv)  # max() would guard on order
+        key, value = key.narrow(2, 0, longest), value.narrow(2, 0, longest)
+        lengths = torch.tensor(lengths_kv, device=query.device)
+    grouped = query.reshape(bsz, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    # the positions of the keys read; the lengths they are compared with are step inputs
+    positions = torch.arange(key.shape[2], device=query.device)  # graph-ok: forward-shape
+    visible = positions < lengths.view(-1, 1, 1, 1)
+    out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=visible, scale=scale)
+    return out.view(bsz, num_heads, 1, head_dim)
 
 
 def _reference_attention(query, key, value, lengths_kv: Lengths, scale, causal):
-    """BNSD attention over the first lengths_kv[b] keys of row b.
-
-    Non-causal (decode) attention reads only the first max(lengths_kv) cached keys, and
-    masks only when rows differ in length (the mask comes from a preallocated arange).
-    With one query token per row, GQA needs no K/V repeat: each KV head's query heads are
-    stacked on the query axis, (B, N, 1, D) -> (B, N_kv, N / N_kv, D).
-    """
+    """BNSD attention: causal over the prompt itself (prefill), or decode attention over
+    each row's cached keys."""
     if causal:
         return F.scaled_dot_product_attention(
             query, key, value, is_causal=True, scale=scale, enable_gqa=True
         )
-    if isinstance(lengths_kv, torch.Tensor):
-        shortest, longest = (int(n) for n in torch.aminmax(lengths_kv))
-    else:
-        shortest, longest = min(lengths_kv), max(lengths_kv)
-    key, value = key.narrow(2, 0, longest), value.narrow(2, 0, longest)
-    bsz, num_heads, q_len, head_dim = query.shape
-    mask = None
-    if shortest != longest or q_len != 1:
+    if query.shape[2] != 1:  # several query tokens over cached keys: masked SDPA
+        longest = int(max(lengths_kv))
+        key, value = key.narrow(2, 0, longest), value.narrow(2, 0, longest)
         lengths = torch.as_tensor(lengths_kv, device=query.device).view(-1, 1, 1, 1)
-        mask = _arange(longest, query.device) < lengths
-    if q_len != 1:
+        mask = torch.arange(longest, device=query.device) < lengths
         return F.scaled_dot_product_attention(
             query, key, value, attn_mask=mask, scale=scale, enable_gqa=True
         )
-    num_kv_heads = key.shape[1]
-    grouped = query.reshape(bsz, num_kv_heads, num_heads // num_kv_heads, head_dim)
-    out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=mask, scale=scale)
-    return out.view(bsz, num_heads, 1, head_dim)
+    return _decode_attention(query, key, value, lengths_kv, scale)
 
 
 @torch.library.custom_op(
@@ -121,6 +127,25 @@ def _(query, *_schema_args):
     return torch.empty_like(query)
 
 
+# How decode attention enters a compiled graph: as the opaque custom op (the default: one
+# node with the NPU op's argument kinds, what the checking stand-in aot_eager must see), or
+# traced as its plain maths, which graph.py asks for under the inductor perf stand-in: an
+# opaque Python op costs a dispatcher round trip per layer that the NPU's C++ op does not.
+_traced_attention = False
+
+
+@contextmanager
+def traced_attention():
+    """Within this block, decode attention is traced as plain maths (read at trace time;
+    dynamo guards on the flag, so a graph traced either way is never reused the other)."""
+    global _traced_attention
+    previous, _traced_attention = _traced_attention, True
+    try:
+        yield
+    finally:
+        _traced_attention = previous
+
+
 def attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -134,6 +159,8 @@ def attention(
     causal: bool,
 ) -> torch.Tensor:
     """BNSD in, BNSD out. Tensor lengths pick the torchair-style op, lists the torch_npu one."""
+    if _traced_attention and not causal:
+        return _decode_attention(query, key, value, actual_seq_lengths_kv, scale)
     op = (
         fused_infer_attention_t
         if isinstance(actual_seq_lengths_kv, torch.Tensor)
