@@ -149,7 +149,8 @@ def paged_blocks(a: Mapping[str, Any]) -> int:
 
 
 # The contiguous cache's spare position per row, past max_seq_len, that decode never writes
-# (the rendered kv_cache.py says why: it keeps the step that fills the cache from recompiling).
+# (the rendered kv_cache.py's SPARE_POSITIONS, which says why: it keeps the step that fills
+# the cache from recompiling).
 CACHE_SPARE_POSITIONS = 1
 
 

@@ -16,6 +16,8 @@ from types import ModuleType
 import torch
 from torch import nn
 
+SPARE_POSITIONS = 1  # per row, past max_seq_len (see above)
+
 
 class KVCache(nn.Module):
     def __init__(
@@ -30,7 +32,7 @@ class KVCache(nn.Module):
     ):
         super().__init__()
         self.ops = ops
-        shape = (batch_size, num_kv_heads, max_seq_len + 1, head_dim)  # + the spare
+        shape = (batch_size, num_kv_heads, max_seq_len + SPARE_POSITIONS, head_dim)
         self.register_buffer(
             "k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
         )
@@ -49,7 +51,7 @@ class KVCache(nn.Module):
     @property
     def capacity(self) -> tuple[int, int]:
         """(rows, positions per row), from shapes (no device sync)."""
-        return self.k_cache.shape[0], self.k_cache.shape[2] - 1
+        return self.k_cache.shape[0], self.k_cache.shape[2] - SPARE_POSITIONS
 
     def update(self, kv_len: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Decode: row b's single new token goes to position kv_len[b]."""

@@ -43,16 +43,16 @@ def scatter_update_(cache: torch.Tensor, kv_len: torch.Tensor, update: torch.Ten
     cache[rows, :, kv_len] = update[:, :, 0]
 
 
-def _decode_attention(query, key, value, lengths_kv: Lengths, scale):
-    """One query token per row (BNSD), over the first lengths_kv[b] keys of row b.
+def _cached_attention(query, key, value, lengths_kv: Lengths, scale):
+    """BNSD query tokens of row b over the first lengths_kv[b] cached keys of row b.
 
     Branch-free on the lengths, so tracing it adds no guard on them: List[int] lengths
     (SymInts under torch.compile) read only the first max(lengths) cached keys; Tensor
     lengths keep static shapes and read the whole cache. Rows of different lengths are
     masked; the softmax runs in fp32. GQA needs no K/V repeat: each KV head's query heads
-    are stacked on the query axis, (B, N, 1, D) -> (B, N_kv, N / N_kv, D).
+    are stacked on the query axis, (B, N, Q, D) -> (B, N_kv, N / N_kv x Q, D).
     """
-    bsz, num_heads, _, head_dim = query.shape
+    bsz, num_heads, q_len, head_dim = query.shape
     num_kv_heads = key.shape[1]
     if isinstance(lengths_kv, torch.Tensor):
         lengths = lengths_kv
@@ -63,30 +63,22 @@ def _decode_attention(query, key, value, lengths_kv: Lengths, scale):
         longest = functools.reduce(torch.sym_max, lengths_kv)  # max() would guard on order
         key, value = key.narrow(2, 0, longest), value.narrow(2, 0, longest)
         lengths = torch.tensor(lengths_kv, device=query.device)
-    grouped = query.reshape(bsz, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    grouped = query.reshape(bsz, num_kv_heads, num_heads // num_kv_heads * q_len, head_dim)
     # the positions of the keys read; the lengths they are compared with are step inputs
     positions = torch.arange(key.shape[2], device=query.device)  # graph-ok: forward-shape
     visible = positions < lengths.view(-1, 1, 1, 1)
     out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=visible, scale=scale)
-    return out.view(bsz, num_heads, 1, head_dim)
+    return out.view(bsz, num_heads, q_len, head_dim)
 
 
 def _reference_attention(query, key, value, lengths_kv: Lengths, scale, causal):
-    """BNSD attention: causal over the prompt itself (prefill), or decode attention over
-    each row's cached keys."""
+    """BNSD attention: causal over the prompt itself (prefill), or over each row's cached
+    keys (decode)."""
     if causal:
         return F.scaled_dot_product_attention(
             query, key, value, is_causal=True, scale=scale, enable_gqa=True
         )
-    if query.shape[2] != 1:  # several query tokens over cached keys: masked SDPA
-        longest = int(max(lengths_kv))
-        key, value = key.narrow(2, 0, longest), value.narrow(2, 0, longest)
-        lengths = torch.as_tensor(lengths_kv, device=query.device).view(-1, 1, 1, 1)
-        mask = torch.arange(longest, device=query.device) < lengths
-        return F.scaled_dot_product_attention(
-            query, key, value, attn_mask=mask, scale=scale, enable_gqa=True
-        )
-    return _decode_attention(query, key, value, lengths_kv, scale)
+    return _cached_attention(query, key, value, lengths_kv, scale)
 
 
 @torch.library.custom_op(
@@ -160,7 +152,7 @@ def attention(
 ) -> torch.Tensor:
     """BNSD in, BNSD out. Tensor lengths pick the torchair-style op, lists the torch_npu one."""
     if _traced_attention and not causal:
-        return _decode_attention(query, key, value, actual_seq_lengths_kv, scale)
+        return _cached_attention(query, key, value, actual_seq_lengths_kv, scale)
     op = (
         fused_infer_attention_t
         if isinstance(actual_seq_lengths_kv, torch.Tensor)
