@@ -26,10 +26,16 @@ PORTABLE_BACKENDS = ("aot_eager", "inductor", "eager")
 # Inductor's runtime checks of each fallback kernel's output (size/stride, alignment) are
 # per-call host work in the generated wrapper, not maths: the CPU stand-in skips them, and
 # runs the wrapper itself as C++ (cpp_wrapper) instead of one Python call per kernel.
+# freezing (torch/_inductor/freezing.py) folds the weights into the graph as constants and
+# packs the linear weights for oneDNN once, as npugraph_ex's frozen_parameter treats them as
+# fixed: it costs a second, packed copy of the weights in host memory, and weights changed
+# after the first compiled call are not seen (load them before, as the runner does). The
+# KV cache is written in place by the graph, so it is an input, never a constant.
 PORTABLE_INDUCTOR_OPTIONS = {
     "size_asserts": False,
     "alignment_asserts": False,
     "cpp_wrapper": True,
+    "freezing": True,
 }
 
 # npugraph_ex options for LLM decode: the option keys torch_npu's npugraph_ex config accepts
