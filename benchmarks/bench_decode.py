@@ -13,11 +13,13 @@ greedy decoding. For every batch size it times, per decode token (median):
 - transformers static cache + `torch.compile` of `forward` (compiled here, inductor);
 - the floor: only the `F.linear` calls of one decode step over the package's weights;
 
-and prints ratios (to the floor, compiled vs eager, vs transformers static+compile), a
-per-step breakdown of the package loop (host time building the step inputs vs time in
-the decode call), the nodes per layer of the captured decode graph (dynamo FX graph and
-the aten graph after AOT), and whether every variant's greedy tokens equal HF `generate`
-(fp32). Compare variants only as ratios from the same run: CPU noise between runs is 10-20%.
+All variants are warmed (and compiled) first, then timed interleaved in `--rounds` rounds,
+so that a noisy stretch of the machine falls on every variant alike. It prints ratios (to
+the floor, compiled vs eager, vs transformers static+compile), a per-step breakdown of
+the package loop (host time building the step inputs vs time in the decode call), the
+nodes per layer of the captured decode graph (dynamo FX graph and the aten graph after
+AOT), and whether every variant's greedy tokens equal HF `generate` (fp32). Compare
+variants only as ratios from the same run: CPU noise between runs is 10-20%.
 Needs transformers and safetensors (test-only dependencies of the scaffold).
 """
 
@@ -257,6 +259,9 @@ def linear_floor(model, batch, steps):
 
 
 def bench_batch(args, pkg, hf, ckpt, batch):
+    """Warm (and compile) every variant, then time them interleaved: `args.rounds` rounds,
+    each running every variant for steps/rounds decode steps in turn, so that machine
+    noise (frequency, other processes) lands on all of them alike and the ratios hold."""
     torch.manual_seed(batch)
     prompt = torch.randint(0, CONFIG["vocab_size"], (batch, args.prompt_len))
     model = pkg["weights"].load_pretrained(
@@ -265,34 +270,43 @@ def bench_batch(args, pkg, hf, ckpt, batch):
     config = pkg["inference_config"].ModelConfig(
         exe_mode="npugraph_ex", fa_interface="torch_npu", enable_dynamic_graph=True
     )
-    results, compile_s = {}, {}
+    compile_s = {}
     torch._dynamo.reset()
-
-    results[FLOOR] = linear_floor(model, batch, args.steps)
-
-    package_generate(pkg, model, model.decode, prompt, 4)  # warm-up
-    results[PKG_EAGER] = package_generate(pkg, model, model.decode, prompt, args.steps)
 
     decode = pkg["graph"].compile_decode(model, config, args.portable_backend)
     start = time.perf_counter()
     package_generate(pkg, model, decode, prompt, 3)  # compiles
     compile_s["package"] = time.perf_counter() - start
-    graphs = pkg["graph"].graph_count()
     pkg_compiled = f"package compiled ({args.portable_backend})"
-    results[pkg_compiled] = package_generate(pkg, model, decode, prompt, args.steps)
-    recompiles = pkg["graph"].graph_count() - graphs
-    if args.profile:
-        profile_decode(pkg, model, decode, prompt, min(args.steps, 12), args.profile_rows)
-
-    hf_generate(hf, prompt, 4)  # warm-up
-    results[HF_EAGER] = hf_generate(hf, prompt, args.steps)
-
+    variants = {
+        FLOOR: lambda n: linear_floor(model, batch, n),
+        PKG_EAGER: lambda n: package_generate(pkg, model, model.decode, prompt, n),
+        pkg_compiled: lambda n: package_generate(pkg, model, decode, prompt, n),
+        HF_EAGER: lambda n: hf_generate(hf, prompt, n),
+    }
     if not args.skip_hf_compile:
         forward = torch.compile(hf.forward, backend="inductor", fullgraph=True)
         start = time.perf_counter()
         hf_static_generate(hf, forward, prompt, 3)  # compiles
         compile_s["transformers"] = time.perf_counter() - start
-        results[HF_STATIC] = hf_static_generate(hf, forward, prompt, args.steps)
+        variants[HF_STATIC] = lambda n: hf_static_generate(hf, forward, prompt, n)
+    for run in variants.values():
+        run(4)  # warm-up
+    graphs = pkg["graph"].graph_count()
+
+    per_round = max(1, args.steps // args.rounds)
+    results = {label: ([], None, None) for label in variants}
+    for _ in range(args.rounds):
+        for label, run in variants.items():
+            times, tokens, split = run(per_round)
+            kept, _, kept_split = results[label]
+            if kept_split is not None:
+                for key in kept_split:
+                    kept_split[key] += split[key]
+            results[label] = (kept + times, tokens, kept_split or split)
+    recompiles = pkg["graph"].graph_count() - graphs
+    if args.profile:
+        profile_decode(pkg, model, decode, prompt, min(args.steps, 12), args.profile_rows)
     torch._dynamo.reset()
 
     nodes = count_decode_nodes(pkg, model, config, prompt)
@@ -342,7 +356,10 @@ def report(batch, results, compile_s, recompiles, nodes, pkg_compiled, layers):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=48, help="decode steps timed")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 8 steps")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 8 steps, 2 rounds")
+    parser.add_argument(
+        "--rounds", type=int, default=6, help="interleaved timing rounds (steps split over them)"
+    )
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--batch", default="1,8", help="comma-separated batch sizes")
     parser.add_argument("--threads", type=int, default=2)
@@ -354,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-rows", type=int, default=25)
     args = parser.parse_args(argv)
     if args.quick:
-        args.steps = min(args.steps, 8)
+        args.steps, args.rounds = min(args.steps, 8), min(args.rounds, 2)
     batches = [int(b) for b in args.batch.split(",")]
     torch.set_num_threads(args.threads)
     ok = True
