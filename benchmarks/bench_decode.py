@@ -258,6 +258,15 @@ def linear_floor(model, batch, steps):
 # --------------------------------------------------------------------------- main
 
 
+def merge_rounds(runs):
+    """One (times, tokens, split) from a variant's rounds: times and split joined in order,
+    the last round's tokens (every round decodes the same prompt)."""
+    times = [t for run_times, _, _ in runs for t in run_times]
+    keys = runs[0][2] or {}
+    split = {key: [v for *_, run_split in runs for v in run_split[key]] for key in keys} or None
+    return times, runs[-1][1], split
+
+
 def bench_batch(args, pkg, hf, ckpt, batch):
     """Warm (and compile) every variant, then time them interleaved: `args.rounds` rounds,
     each running every variant for steps/rounds decode steps in turn, so that machine
@@ -295,15 +304,11 @@ def bench_batch(args, pkg, hf, ckpt, batch):
     graphs = pkg["graph"].graph_count()
 
     per_round = max(1, args.steps // args.rounds)
-    results = {label: ([], None, None) for label in variants}
+    rounds = {label: [] for label in variants}
     for _ in range(args.rounds):
         for label, run in variants.items():
-            times, tokens, split = run(per_round)
-            kept, _, kept_split = results[label]
-            if kept_split is not None:
-                for key in kept_split:
-                    kept_split[key] += split[key]
-            results[label] = (kept + times, tokens, kept_split or split)
+            rounds[label].append(run(per_round))
+    results = {label: merge_rounds(runs) for label, runs in rounds.items()}
     recompiles = pkg["graph"].graph_count() - graphs
     if args.profile:
         profile_decode(pkg, model, decode, prompt, min(args.steps, 12), args.profile_rows)
@@ -370,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="torch.profiler table")
     parser.add_argument("--profile-rows", type=int, default=25)
     args = parser.parse_args(argv)
+    if args.steps < 1 or args.rounds < 1:
+        parser.error("--steps and --rounds must be at least 1")
     if args.quick:
         args.steps, args.rounds = min(args.steps, 8), min(args.rounds, 2)
     batches = [int(b) for b in args.batch.split(",")]
