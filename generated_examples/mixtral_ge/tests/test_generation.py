@@ -8,6 +8,7 @@ from importlib.util import find_spec
 import pytest
 import torch
 from conftest import RENDERED_CONFIG, TINY, compile_config, tiny_model
+from torch._dynamo.utils import counters
 
 from mixtral_ge import (
     ops,
@@ -36,6 +37,9 @@ LENGTH_FORMS = {
     "tensor-lengths+static": True,
 }
 SENTINEL = 123.0
+# inductor's count of linear weights frozen and packed (torch/_inductor/fx_passes/
+# mkldnn_fusion.py)
+PACKED_LINEARS = "mkldnn_linear_weight_pack_matcher_count"
 
 
 def prompts(lengths=LENGTHS, seed: int = 4, vocab: int = TINY.vocab_size) -> list[list[int]]:
@@ -73,17 +77,21 @@ def test_ragged_batch_equals_each_prompt_alone(tensor_lengths):
 
 @pytest.mark.parametrize("tensor_lengths", LENGTH_FORMS.values(), ids=LENGTH_FORMS.keys())
 def test_inductor_stand_in_equals_eager_up_to_the_last_cache_position(tensor_lengths):
-    """The perf stand-in (attention traced as maths, graph.py) gives eager's tokens and
-    logits on a ragged batch that fills every row's cache, from one graph: the step that
-    reads all max_seq_len positions does not recompile."""
+    """The perf stand-in (attention traced as maths, weights frozen, graph.py) gives
+    eager's tokens and logits on a ragged batch that fills every row's cache, from one
+    graph: the step that reads all max_seq_len positions does not recompile."""
     batch = prompts(lengths=(5, 9))
     budgets = [TINY.max_seq_len - len(ids) + 1 for ids in batch]  # the last slot: fine
     model = tiny_model(batch=len(batch))
     eager = generate(model, model.decode, batch, budgets, keep_logits=True)
     decode = compile_decode(model, compile_config("npugraph_ex", tensor_lengths), "inductor")
-    graphs = graph_count()
+    graphs, packed = graph_count(), counters["inductor"][PACKED_LINEARS]
     fast = generate(model, decode, batch, budgets, tensor_lengths=tensor_lengths, keep_logits=True)
     assert graph_count() - graphs == 1, "decode recompiled on the way to max_seq_len"
+    packed = counters["inductor"][PACKED_LINEARS] - packed
+    if torch._C.has_mkl:  # fp32 linears are packed where MKL is (x86)
+        linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+        assert packed == linears, f"{packed} of {linears} linear weights frozen and packed"
     assert max(max(step) for step in fast.positions) == TINY.max_seq_len - 1
     assert fast.tokens == eager.tokens
     for row in range(len(batch)):

@@ -56,7 +56,6 @@ def test_only_the_perf_backend_drops_module_guards():
     inductor = portable_compile_kwargs(config, "inductor")
     skip = torch.compiler.skip_guard_on_all_nn_modules_unsafe
     assert inductor["options"]["guard_filter_fn"] is skip
-    assert inductor["options"]["freezing"] is True
     assert inductor["dynamic"] is True
     assert portable_compile_kwargs(config, "aot_eager") == {"dynamic": True}
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch._inductor.config as inductor_config
 from torch._dynamo.utils import counters
 
 from .inference_config import ModelConfig
@@ -26,16 +27,10 @@ PORTABLE_BACKENDS = ("aot_eager", "inductor", "eager")
 # Inductor's runtime checks of each fallback kernel's output (size/stride, alignment) are
 # per-call host work in the generated wrapper, not maths: the CPU stand-in skips them, and
 # runs the wrapper itself as C++ (cpp_wrapper) instead of one Python call per kernel.
-# freezing (torch/_inductor/freezing.py) folds the weights into the graph as constants and
-# packs the linear weights for oneDNN once, as npugraph_ex's frozen_parameter treats them as
-# fixed: it costs a second, packed copy of the weights in host memory, and weights changed
-# after the first compiled call are not seen (load them before, as the runner does). The
-# KV cache is written in place by the graph, so it is an input, never a constant.
 PORTABLE_INDUCTOR_OPTIONS = {
     "size_asserts": False,
     "alignment_asserts": False,
     "cpp_wrapper": True,
-    "freezing": True,
 }
 
 # npugraph_ex options for LLM decode: the option keys torch_npu's npugraph_ex config accepts
@@ -74,7 +69,9 @@ def compile_decode(
             fullgraph=True,
             **portable_compile_kwargs(config, portable_backend),
         )
-        return _with_traced_attention(compiled) if portable_backend == "inductor" else compiled
+        if portable_backend == "inductor":
+            return _as_perf_stand_in(compiled, freeze=not model.host_written_tensors)
+        return compiled
     cache_dir = str(Path(config.output_path or "output") / "compile_cache")
     if config.exe_mode == "npugraph_ex":
         return _compile_npugraph_ex(model, config, cache_dir)
@@ -96,16 +93,40 @@ def portable_compile_kwargs(config: ModelConfig, portable_backend: str = "induct
     return kwargs
 
 
-def _with_traced_attention(compiled: Callable) -> Callable:
-    """The inductor stand-in traces decode attention as plain maths (ops/portable.py's
-    `traced_attention`): the compiler fuses it with its neighbours instead of calling back
-    into a Python op in every layer. aot_eager keeps the opaque op the NPU graph has."""
+def _as_perf_stand_in(compiled: Callable, freeze: bool) -> Callable:
+    """Each call of the inductor stand-in, with what its trace must see:
 
-    def decode(*args, **kwargs):
-        with traced_attention():
-            return compiled(*args, **kwargs)
+    - decode attention traced as plain maths (ops/portable.py's `traced_attention`): the
+      compiler fuses it with its neighbours instead of calling back into a Python op in
+      every layer. aot_eager keeps the opaque op the NPU graph has.
+    - with `freeze`, weights frozen into the graph as npugraph_ex's frozen_parameter treats
+      them. Dynamo reads inductor's `freezing` while it traces (torch/_dynamo/variables/
+      builder.py, `is_parameter_freezing`), so the flag is set around the call: in the
+      compile options it would freeze nothing. Frozen, the linear weights are packed for
+      oneDNN once (torch/_inductor/fx_passes/mkldnn_fusion.py), at the cost of a second,
+      packed copy in host memory, and weights changed after the first compiled call are not
+      seen (load them before, as the runner does). Freezing also turns every tensor decode
+      only reads through the model into a constant, so a model whose decode reads tensors
+      the host rewrites between steps (`Transformer.host_written_tensors`) is not frozen.
+      Buffers the graph writes (the KV cache) stay inputs either way.
+    """
+    if not freeze:
 
-    return decode
+        def decode(*args, **kwargs):
+            with traced_attention():
+                return compiled(*args, **kwargs)
+
+        return decode
+
+    def frozen_decode(*args, **kwargs):
+        frozen, inductor_config.freezing = inductor_config.freezing, True
+        try:
+            with traced_attention():
+                return compiled(*args, **kwargs)
+        finally:
+            inductor_config.freezing = frozen
+
+    return frozen_decode
 
 
 def _compile_npugraph_ex(model: Transformer, config: ModelConfig, cache_dir: str) -> Callable:

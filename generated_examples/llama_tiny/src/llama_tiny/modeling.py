@@ -35,6 +35,10 @@ class DecoderLayer(nn.Module):
 
 
 class Transformer(nn.Module):
+    # Tensors decode reads through the model that the host rewrites between steps (a paged
+    # cache's block table): none here, the contiguous cache is written inside the graph.
+    host_written_tensors: tuple[str, ...] = ()
+
     def __init__(self, args: ModelArgs, ops: ModuleType):
         super().__init__()
         self.args = args

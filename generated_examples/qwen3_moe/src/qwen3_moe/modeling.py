@@ -40,6 +40,10 @@ class DecoderLayer(nn.Module):
 
 
 class Transformer(nn.Module):
+    # Tensors decode reads through the model that the host rewrites between steps: they
+    # must stay graph inputs (graph.py's inductor stand-in freezes nothing for them).
+    host_written_tensors = ("block_allocator.block_table", "block_allocator.slot_mapping")
+
     def __init__(self, args: ModelArgs, ops: ModuleType):
         super().__init__()
         self.args = args
