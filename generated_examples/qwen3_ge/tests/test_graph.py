@@ -3,12 +3,13 @@ portable ops standing in for the fused ones."""
 
 import pytest
 import torch
-from conftest import compile_config, greedy, prompt, tiny_model
+from conftest import TINY, compile_config, greedy, prompt, tiny_model
 
 from qwen3_ge.graph import (
     compile_decode,
     graph_break_count,
     graph_count,
+    with_trace_settings,
 )
 from qwen3_ge.metadata import (
     decode_inputs,
@@ -43,6 +44,31 @@ def test_no_recompiles_after_warmup(tensor_lengths):
     greedy(model, decode, prompt(seed=2), steps=DECODE_STEPS, tensor_lengths=tensor_lengths)
     assert graph_count() == graphs, "decode recompiled after warm-up"
     assert graph_break_count() == breaks
+
+
+@pytest.mark.parametrize("settings", [with_trace_settings, None], ids=["settings", "bare"])
+def test_no_python_float_of_the_model_becomes_a_decode_input(settings):
+    """Under dynamic=True (npugraph_ex) dynamo turns each float it reads (every norm's eps,
+    every attention scale) into a graph input rebuilt on the host each step, unless
+    `with_trace_settings` (what compile_decode wraps the compiled decode in) keeps them
+    constants; the bare compile shows the hazard, so the check can fail."""
+    model = tiny_model()
+    inputs = []
+
+    def recording(gm, example_inputs):
+        inputs.extend(example_inputs)
+        return gm.forward
+
+    compiled = torch.compile(  # graph-ok: the recording backend under test
+        model.decode, backend=recording, fullgraph=True, dynamic=True
+    )
+    greedy(model, settings(compiled) if settings else compiled, prompt(), 1, tensor_lengths=False)
+    floats = [x for x in inputs if isinstance(x, torch.Tensor) and x.dim() == 0]
+    floats += [x for x in inputs if isinstance(x, (float, torch.SymFloat))]
+    if settings:
+        assert floats == [], f"{len(floats)} Python floats traced as decode inputs"
+    else:
+        assert len(floats) >= 2 * TINY.num_hidden_layers
 
 
 def test_only_the_perf_backend_drops_module_guards():

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch._dynamo.config as dynamo_config
 import torch._inductor.config as inductor_config
 from torch._dynamo.utils import counters
 
@@ -70,12 +71,14 @@ def compile_decode(
             **portable_compile_kwargs(config, portable_backend),
         )
         if portable_backend == "inductor":
-            return _as_perf_stand_in(compiled, freeze=not model.host_written_tensors)
-        return compiled
+            return with_trace_settings(
+                compiled, perf_stand_in=True, freeze=not model.host_written_tensors
+            )
+        return with_trace_settings(compiled)
     cache_dir = str(Path(config.output_path or "output") / "compile_cache")
     if config.exe_mode == "npugraph_ex":
-        return _compile_npugraph_ex(model, config, cache_dir)
-    return _compile_ge(model, config, cache_dir)
+        return with_trace_settings(_compile_npugraph_ex(model, config, cache_dir))
+    return _compile_ge(model, config, cache_dir)  # dynamic=False: floats are constants
 
 
 def portable_compile_kwargs(config: ModelConfig, portable_backend: str = "inductor") -> dict:
@@ -93,40 +96,43 @@ def portable_compile_kwargs(config: ModelConfig, portable_backend: str = "induct
     return kwargs
 
 
-def _as_perf_stand_in(compiled: Callable, freeze: bool) -> Callable:
-    """Each call of the inductor stand-in, with what its trace must see:
+def with_trace_settings(
+    compiled: Callable, perf_stand_in: bool = False, freeze: bool = False
+) -> Callable:
+    """`compiled`, called with the settings dynamo and inductor read while they trace it
+    (torch/_dynamo/variables/builder.py), so they are set around each call: given to
+    torch.compile they would come too early, or, as inductor options, too late.
 
-    - decode attention traced as plain maths (ops/portable.py's `traced_attention`): the
-      compiler fuses it with its neighbours instead of calling back into a Python op in
-      every layer. aot_eager keeps the opaque op the NPU graph has.
-    - with `freeze`, weights frozen into the graph as npugraph_ex's frozen_parameter treats
-      them. Dynamo reads inductor's `freezing` while it traces (torch/_dynamo/variables/
-      builder.py, `is_parameter_freezing`), so the flag is set around the call: in the
-      compile options it would freeze nothing. Frozen, the linear weights are packed for
-      oneDNN once (torch/_inductor/fx_passes/mkldnn_fusion.py), at the cost of a second,
-      packed copy in host memory, and weights changed after the first compiled call are not
-      seen (load them before, as the runner does). Freezing also turns every tensor decode
-      only reads through the model into a constant, so a model whose decode reads tensors
-      the host rewrites between steps (`Transformer.host_written_tensors`) is not frozen.
-      Buffers the graph writes (the KV cache) stay inputs either way.
+    - `specialize_float`: with dynamic=True dynamo makes every Python float it reads a graph
+      input (a 0-d tensor built on the host each step): here each norm's eps, each layer's
+      attention scale, the embedding's norm_type. They never change, so they are traced as
+      constants: 3 x layers + 2 fewer step inputs. Lengths stay SymInts.
+    - `perf_stand_in` (the inductor stand-in): decode attention traced as plain maths
+      (ops/portable.py's `traced_attention`), which the compiler fuses with its neighbours
+      instead of calling back into a Python op in every layer. aot_eager keeps the opaque
+      op the NPU graph has.
+    - `freeze`: inductor's `freezing`, the weights folded into the graph as npugraph_ex's
+      frozen_parameter treats them, the linear weights packed for MKL or oneDNN once
+      (torch/_inductor/fx_passes/mkldnn_fusion.py): a second, packed copy in host memory,
+      and weights changed after the first compiled call are not seen (load them before, as
+      the runner does). Freezing turns every tensor decode only reads into a constant, so a
+      model whose decode reads tensors the host rewrites between steps
+      (`Transformer.host_written_tensors`) is not frozen. The KV cache, written by the
+      graph, stays an input.
     """
-    if not freeze:
 
-        def decode(*args, **kwargs):
-            with traced_attention():
-                return compiled(*args, **kwargs)
-
-        return decode
-
-    def frozen_decode(*args, **kwargs):
-        frozen, inductor_config.freezing = inductor_config.freezing, True
+    def decode(*args, **kwargs):
+        saved = dynamo_config.specialize_float, inductor_config.freezing
+        dynamo_config.specialize_float, inductor_config.freezing = True, freeze
         try:
-            with traced_attention():
-                return compiled(*args, **kwargs)
+            if perf_stand_in:
+                with traced_attention():
+                    return compiled(*args, **kwargs)
+            return compiled(*args, **kwargs)
         finally:
-            inductor_config.freezing = frozen
+            dynamo_config.specialize_float, inductor_config.freezing = saved
 
-    return frozen_decode
+    return decode
 
 
 def _compile_npugraph_ex(model: Transformer, config: ModelConfig, cache_dir: str) -> Callable:
