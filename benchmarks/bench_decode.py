@@ -114,6 +114,7 @@ def count_decode_nodes(pkg, model, config, prompt):
 
     def backend(gm, example_inputs):
         counts["fx"] = sum(n.op in compute for n in gm.graph.nodes)
+        counts["inputs"] = sum(n.op == "placeholder" for n in gm.graph.nodes)
 
         def fw(aten_gm, _inputs):
             counts["aten"] = sum(n.op == "call_function" for n in aten_gm.graph.nodes)
@@ -133,7 +134,8 @@ def count_decode_nodes(pkg, model, config, prompt):
     kwargs_of = getattr(pkg["graph"], "portable_compile_kwargs", None)
     dynamic = kwargs_of(config)["dynamic"] if kwargs_of else config.dynamic
     decode = torch.compile(model.decode, backend=backend, fullgraph=True, dynamic=dynamic)
-    package_generate(pkg, model, decode, prompt, 2)
+    settings = getattr(pkg["graph"], "with_trace_settings", None)  # floats traced as constants
+    package_generate(pkg, model, settings(decode) if settings else decode, prompt, 2)
     torch._dynamo.reset()
     return counts
 
@@ -348,7 +350,7 @@ def report(batch, results, compile_s, recompiles, nodes, pkg_compiled, layers):
         f"  decode graph: {nodes.get('fx', 0) / layers:.1f} FX nodes/layer "
         f"({nodes.get('fx')} total), {nodes.get('aten', 0) / layers:.1f} aten nodes/layer "
         f"({nodes.get('aten')} total: {nodes.get('aten_copy')} copy, {nodes.get('aten_scatter')} "
-        f"scatter); "
+        f"scatter), {nodes.get('inputs')} graph inputs; "
         f"recompiles after warm-up: {recompiles}"
     )
     print(
