@@ -76,12 +76,12 @@ def test_only_the_perf_backend_drops_module_guards():
     and caches; aot_eager (the checking stand-in) keeps every guard."""
     from mixtral_ge.graph import (
         portable_compile_kwargs,
+        skip_module_guards_but_frozen_identity,
     )
 
     config = compile_config("npugraph_ex", tensor_lengths=False)
     inductor = portable_compile_kwargs(config, "inductor")
-    skip = torch.compiler.skip_guard_on_all_nn_modules_unsafe
-    assert inductor["options"]["guard_filter_fn"] is skip
+    assert inductor["options"]["guard_filter_fn"] is skip_module_guards_but_frozen_identity
     assert inductor["dynamic"] is True
     assert portable_compile_kwargs(config, "aot_eager") == {"dynamic": True}
 

@@ -99,6 +99,26 @@ def test_inductor_stand_in_equals_eager_up_to_the_last_cache_position(tensor_len
         )
 
 
+@pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
+def test_two_models_in_one_process_each_decode_their_own_weights(backend):
+    """Compiled code is cached per code object, shared by every model: a second model
+    (other weights, same shapes: a draft model, a reloaded checkpoint) must not replay the
+    first one's frozen weights."""
+    batch = prompts(lengths=(5, 9))
+    first, second = tiny_model(batch=2, seed=0), tiny_model(batch=2, seed=1)
+    config = compile_config("npugraph_ex", tensor_lengths=False)
+    generate(first, compile_decode(first, config, backend), batch, NEW_TOKENS)
+    compiled = generate(
+        second, compile_decode(second, config, backend), batch, NEW_TOKENS, keep_logits=True
+    )
+    eager = generate(second, second.decode, batch, NEW_TOKENS, keep_logits=True)
+    assert compiled.tokens == eager.tokens
+    for row in range(len(batch)):
+        torch.testing.assert_close(
+            rows_of(compiled, row), rows_of(eager, row), rtol=RTOL, atol=ATOL, msg=f"row {row}"
+        )
+
+
 def test_equal_length_prompts_take_one_batched_prefill():
     batch = prompts(lengths=(6, 6, 6))
     model = tiny_model(batch=3)

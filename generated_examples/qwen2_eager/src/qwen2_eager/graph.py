@@ -90,10 +90,21 @@ def portable_compile_kwargs(config: ModelConfig, portable_backend: str = "induct
         # Dynamo re-checks every parameter and buffer of the model before each call (about
         # 0.2 ms a step here); the weights and caches are never swapped under the compiled
         # decode (frozen, as npugraph_ex's frozen_parameter assumes), so the perf backend
-        # drops those module guards and keeps the ones on the step inputs. aot_eager, the
-        # checking stand-in, keeps them all.
-        kwargs["options"]["guard_filter_fn"] = torch.compiler.skip_guard_on_all_nn_modules_unsafe
+        # drops those module guards, keeps the ones on the step inputs and the identity of
+        # each frozen weight. aot_eager, the checking stand-in, keeps them all.
+        kwargs["options"]["guard_filter_fn"] = skip_module_guards_but_frozen_identity
     return kwargs
+
+
+def skip_module_guards_but_frozen_identity(guard_entries) -> list[bool]:
+    """Dynamo's guard filter (torch.compiler.skip_guard_on_all_nn_modules_unsafe), keeping
+    the ID_MATCH guards freezing puts on the weights it folds in. Compiled code is cached
+    per code object, not per model: without them a second model's decode would run the
+    first model's frozen weights. An identity check is a pointer compare per weight."""
+    return [
+        entry.guard_type == "ID_MATCH" or not entry.orig_guard.source.is_unspecialized_nn_module()
+        for entry in guard_entries
+    ]
 
 
 def with_trace_settings(
