@@ -13,6 +13,9 @@ from torch._dynamo.utils import counters
 from qwen2_eager import (
     ops,
 )
+from qwen2_eager.cpu_linears import (
+    REPACKED,
+)
 from qwen2_eager.generation import (
     eos_token_ids,
     generate,
@@ -86,12 +89,16 @@ def test_inductor_stand_in_equals_eager_up_to_the_last_cache_position(tensor_len
     eager = generate(model, model.decode, batch, budgets, keep_logits=True)
     decode = compile_decode(model, compile_config("npugraph_ex", tensor_lengths), "inductor")
     graphs, packed = graph_count(), counters["inductor"][PACKED_LINEARS]
+    repacked = counters["inductor"][REPACKED]
     fast = generate(model, decode, batch, budgets, tensor_lengths=tensor_lengths, keep_logits=True)
     assert graph_count() - graphs == 1, "decode recompiled on the way to max_seq_len"
     packed = counters["inductor"][PACKED_LINEARS] - packed
+    repacked = counters["inductor"][REPACKED] - repacked
     if torch._C.has_mkl:  # fp32 linears are packed where MKL is (x86)
         linears = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
         assert packed == linears, f"{packed} of {linears} linear weights frozen and packed"
+        # static batch: packed for MKL, then moved to oneDNN (cpu_linears.py)
+        assert repacked == linears, f"{repacked} of {linears} linears run on oneDNN"
     assert max(max(step) for step in fast.positions) == TINY.max_seq_len - 1
     assert fast.tokens == eager.tokens
     for row in range(len(batch)):

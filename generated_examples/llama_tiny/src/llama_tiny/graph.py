@@ -16,6 +16,7 @@ import torch._dynamo.config as dynamo_config
 import torch._inductor.config as inductor_config
 from torch._dynamo.utils import counters
 
+from .cpu_linears import OneDnnLinears
 from .inference_config import ModelConfig
 from .modeling import Transformer
 from .ops import npu_available
@@ -27,11 +28,13 @@ PORTABLE_BACKENDS = ("aot_eager", "inductor", "eager")
 
 # Inductor's runtime checks of each fallback kernel's output (size/stride, alignment) are
 # per-call host work in the generated wrapper, not maths: the CPU stand-in skips them, and
-# runs the wrapper itself as C++ (cpp_wrapper) instead of one Python call per kernel.
+# runs the wrapper itself as C++ (cpp_wrapper) instead of one Python call per kernel, and
+# its frozen linears on oneDNN (cpu_linears.py).
 PORTABLE_INDUCTOR_OPTIONS = {
     "size_asserts": False,
     "alignment_asserts": False,
     "cpp_wrapper": True,
+    "post_grad_custom_post_pass": OneDnnLinears(),
 }
 
 # npugraph_ex options for LLM decode: the option keys torch_npu's npugraph_ex config accepts
@@ -123,13 +126,13 @@ def with_trace_settings(
       instead of calling back into a Python op in every layer. aot_eager keeps the opaque
       op the NPU graph has.
     - `freeze`: inductor's `freezing`, the weights folded into the graph as npugraph_ex's
-      frozen_parameter treats them, the linear weights packed for MKL or oneDNN once
-      (torch/_inductor/fx_passes/mkldnn_fusion.py): a second, packed copy in host memory,
-      and weights changed after the first compiled call are not seen (load them before, as
-      the runner does). Freezing turns every tensor decode only reads into a constant, so a
-      model whose decode reads tensors the host rewrites between steps
-      (`Transformer.host_written_tensors`) is not frozen. The KV cache, written by the
-      graph, stays an input.
+      frozen_parameter treats them, the linear weights packed once for oneDNN
+      (torch/_inductor/fx_passes/mkldnn_fusion.py, then cpu_linears.py): a second, packed
+      copy in host memory, and weights changed after the first compiled call are not seen
+      (load them before, as the runner does). Freezing turns every tensor decode only
+      reads into a constant, so a model whose decode reads tensors the host rewrites
+      between steps (`Transformer.host_written_tensors`) is not frozen. The KV cache,
+      written by the graph, stays an input.
     """
 
     def decode(*args, **kwargs):
