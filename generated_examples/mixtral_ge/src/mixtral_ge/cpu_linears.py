@@ -37,6 +37,8 @@ class OneDnnLinears(CustomGraphPass):
         repacked: dict[tuple[str, int], torch.fx.Node] = {}  # (weight, batch): packed
         for node in [n for n in graph.nodes if n.target in mkl_linears]:
             x, mkl_packed, weight, bias, batch = node.args
+            if not all(constant.op == "get_attr" for constant in (mkl_packed, weight)):
+                continue  # not folded into constants: left to MKL
             key = (weight.target, batch)
             if key not in repacked:
                 name = f"_onednn_packed_{len(repacked)}"
