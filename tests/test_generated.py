@@ -3,15 +3,21 @@
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import NPU_PYTHON, require_npu_emulation
 
 from scaffold.examples import EXAMPLES_DIR, example_answers
 
+# The examples' suites run side by side, one per core and one thread each: compiling (C++
+# builds and tracing, single-threaded) is most of their time, so two at a time on the
+# 2-core CI machine take about the wall time of one.
+SUITE_WORKERS = max(1, min(2, os.cpu_count() or 1))
 
-def run_in(package_dir, *args, python=sys.executable, timeout=900):
-    env = {**os.environ, "PYTHONPATH": str(package_dir / "src")}
+
+def run_in(package_dir, *args, python=sys.executable, timeout=900, env_extra=None):
+    env = {**os.environ, "PYTHONPATH": str(package_dir / "src"), **(env_extra or {})}
     return subprocess.run(
         [python, *args],
         cwd=package_dir,
@@ -22,10 +28,29 @@ def run_in(package_dir, *args, python=sys.executable, timeout=900):
     )
 
 
+@pytest.fixture(scope="module")
+def example_suites(request):
+    """The suite run of every selected example, started together on SUITE_WORKERS workers
+    when the first of them is asked for."""
+    names = sorted(
+        item.callspec.params["name"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_example_test_suite_passes"
+    )
+    one_thread = {"OMP_NUM_THREADS": "1"} if SUITE_WORKERS > 1 else {}
+    pool = ThreadPoolExecutor(max_workers=SUITE_WORKERS)
+    args = ("-m", "pytest", "-q", "-p", "no:cacheprovider")
+    yield {
+        name: pool.submit(run_in, EXAMPLES_DIR / name, *args, env_extra=one_thread)
+        for name in names
+    }
+    pool.shutdown(cancel_futures=True)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(example_answers()))
-def test_example_test_suite_passes(name):
-    result = run_in(EXAMPLES_DIR / name, "-m", "pytest", "-q", "-p", "no:cacheprovider")
+def test_example_test_suite_passes(name, example_suites):
+    result = example_suites[name].result()
     tail = result.stdout[-3000:] + result.stderr[-2000:]
     assert result.returncode == 0, tail
     assert " passed" in result.stdout and " failed" not in result.stdout
