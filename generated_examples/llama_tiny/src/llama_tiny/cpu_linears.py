@@ -5,8 +5,8 @@ its batch is static and for oneDNN (`mkldnn._linear_pointwise`) when it is symbo
 (`pack_linear` in torch/_inductor/fx_passes/mkldnn_fusion.py). Decode's batch is always
 static (the lengths lists hold one entry per row), and MKL's fp32 GEMM over a handful of
 rows is the slow one on the CPU measured (2-core AVX-512 x86: the linears of a 58M llama
-decode step, benchmarks/bench_decode.py's model, took 10-20% longer through MKL than
-through oneDNN at one row and 2-2.6x as long at 2, 4 and 8 rows).
+decode step, benchmarks/bench_decode.py's model, took about as long through MKL as
+through oneDNN at one row, within noise, and 2-2.6x as long at 2, 4 and 8 rows).
 `OneDnnLinears`, an inductor post-grad pass (torch/_inductor/custom_graph_pass.py), runs
 after freezing has packed and folded the weights and repacks each MKL linear's weight for
 oneDNN: the same fp32 maths, still one packed copy per weight. The NPU paths never reach it.
