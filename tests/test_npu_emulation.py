@@ -350,6 +350,62 @@ def g(q, k, v, cos, sin, lens, c):
 """
 
 
+# int[] arguments: values fixed when the model is built pass, per-step values are flagged.
+INT_LISTS = """
+import torch_npu
+
+EXPERTS = 8
+RANGE = [0, EXPERTS]
+KW = dict(active_num=4, expert_tokens_num_type=1, expert_tokens_num_flag=True, quant_mode=-1)
+
+
+def experts(x, ids, w13, kv_len):
+    num_experts = w13.shape[0]
+    first, last = 0, num_experts
+    span = [0, int(kv_len)]
+    route = torch_npu.npu_moe_init_routing_v2
+    route(x, ids, expert_num=8, active_expert_range=[0, num_experts], **KW)  # fixed: a shape
+    route(x, ids, expert_num=8, active_expert_range=RANGE, **KW)  # fixed: a module constant
+    route(x, ids, expert_num=8, active_expert_range=[first, last], **KW)  # fixed: unpacked
+    route(x, ids, expert_num=8, active_expert_range=[0, x.size(0) * 2], **KW)  # fixed
+    route(x, ids, expert_num=8, active_expert_range=[0, kv_len], **KW)  # per-step: a parameter
+    route(x, ids, expert_num=8, active_expert_range=span, **KW)  # per-step: from a parameter
+
+
+class Block:
+    def forward(self, x, ids, lens):
+        local = self.expert_range
+        torch_npu.npu_moe_init_routing_v2(x, ids, active_expert_range=self.expert_range)  # fixed
+        torch_npu.npu_moe_init_routing_v2(x, ids, active_expert_range=local)  # fixed: self's
+        torch_npu.npu_moe_init_routing_v2(x, ids, active_expert_range=list(lens))  # per-step
+        for step in lens:
+            torch_npu.npu_moe_init_routing_v2(x, ids, active_expert_range=[0, step])  # per-step
+"""
+
+
+def test_schema_check_tells_fixed_int_lists_from_per_step_ones(stub_root, tmp_path):
+    """An `int[]` argument recompiles whenever its value changes: a value fixed when the model
+    is built (the MoE call's `active_expert_range=[0, num_experts]`) is fine, a per-step one
+    (a parameter, or computed from one) is flagged, each at its own line."""
+    source = tmp_path / "int_lists.py"
+    source.write_text(INT_LISTS)
+    r = run_npu(
+        """
+        from scaffold.npu_emulation import check_npu_calls
+        print("RESULT=" + json.dumps(check_npu_calls([sys.argv[1]])))
+        """,
+        stub_root,
+        str(source),
+    )
+    lines = INT_LISTS.splitlines()
+    per_step = {i for i, line in enumerate(lines, 1) if "# per-step" in line}
+    fixed = {i for i, line in enumerate(lines, 1) if "# fixed" in line}
+    flagged = {int(p.split(":")[1]) for p in r}
+    assert flagged == per_step, "\n".join(r)
+    assert not flagged & fixed
+    assert all("active_expert_range" in p and "may change per step" in p for p in r), r
+
+
 def test_schema_check(stub_root, tmp_path):
     good, bad = tmp_path / "good.py", tmp_path / "bad.py"
     good.write_text(CONTRACT)

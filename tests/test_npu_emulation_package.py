@@ -171,7 +171,7 @@ def attention(q, k, v, lengths, causal):
     )
     found = {
         (node.lineno, via): sorted(t[2] for t in targets)
-        for node, targets, via in _calls(tree, import_aliases(tree))
+        for node, targets, via, _ in _calls(tree, import_aliases(tree))
     }
     fia = [
         "torch_npu.npu_fused_infer_attention_score",

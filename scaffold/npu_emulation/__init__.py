@@ -8,10 +8,11 @@ fixture; ``ascend-scaffold npu-emulate`` and this project's tests use it too.
 Light on purpose, it is a test-time dependency: importing this package needs only the standard
 library (no torch, torch_npu, CLI or copier); :func:`activate` imports torch_npu / torchair, and
 :func:`unavailable_reason` reports why it cannot (e.g. torch_npu not installed) without raising.
-:func:`check_npu_calls` (:mod:`.schema_check`) and :func:`check_compile_seam`
-(:mod:`.compile_check`) are loaded on first use. The kernels are strict by default: a call the
-device would refuse (:mod:`scaffold.device_limits`, per platform) raises
-:class:`DeviceConstraintError`.
+:func:`check_npu_calls` (:mod:`.schema_check`), :func:`check_compile_seam`
+(:mod:`.compile_check`) and the compilers' CPU conversion, :func:`ge_graph` and
+:func:`npugraph_ex_graph` (:mod:`.graph_conversion`), are loaded on first use. The kernels
+are strict by default: a call the device would refuse (:mod:`scaffold.device_limits`, per
+platform) raises :class:`DeviceConstraintError`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from scaffold import __version__
 
 from . import emulation
 from .emulation import *  # noqa: F403 (its __all__ is the public API)
+
+_GRAPH_CONVERSION = ("ConvertedGraph", "GraphConversionError", "ge_graph", "npugraph_ex_graph")
 
 
 def __getattr__(name: str):
@@ -32,7 +35,18 @@ def __getattr__(name: str):
         from .compile_check import check_compile_seam
 
         return check_compile_seam
+    if name in _GRAPH_CONVERSION:
+        from . import graph_conversion
+
+        return getattr(graph_conversion, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = [*emulation.__all__, "__version__", "check_compile_seam", "check_npu_calls"]  # noqa: F405 (lazy: __getattr__)
+# the lazy names (__getattr__) after the emulation's own
+__all__ = [  # noqa: F405
+    *emulation.__all__,
+    *_GRAPH_CONVERSION,
+    "__version__",
+    "check_compile_seam",
+    "check_npu_calls",
+]

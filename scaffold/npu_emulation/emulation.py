@@ -1317,6 +1317,15 @@ def moe_init_routing_v2_ref(
         )
     else:
         _constraint(active_num >= -1, f"{op}: active_num={active_num} < -1")
+    # An omitted range reaches GE as None (the traced node drops a schema-default [] and
+    # torchair's npu_moe_init_routing_v2 converter defaults it to None: MoeInitRoutingV3
+    # refuses it), and op-plugin revisions either refuse it ("active_expert_range is
+    # required") or read [0]/[1] of it at expert_num 128: the strict kernel refuses it too.
+    _constraint(
+        bool(active_expert_range),
+        f"{op}: active_expert_range is empty; pass [first, last) of the rank's experts "
+        f"(every expert: [0, expert_num={expert_num}])",
+    )
     rng = list(active_expert_range) if active_expert_range else [0, expert_num]
     _constraint(
         len(rng) == 2 and 0 <= rng[0] < rng[1] <= expert_num,

@@ -14,9 +14,13 @@ followed), resolves the op schema from the installed wheel (``torch.ops.npu.X.de
   ``scatter_update_``, ``npu_scatter_nd_update_``, ``npu_rotary_mul`` is ``input``, not
   ``self``), too many positional arguments, missing required arguments, literal constants whose
   type does not fit the schema type;
-* a non-literal value passed to an ``int[]`` argument (not ``SymInt[]``): dynamo specialises on
-  every element, so a per-step value (e.g. ``npu_prompt_flash_attention(...,
-  actual_seq_lengths=lens)``) recompiles every step even with ``dynamic=True``;
+* a per-step value passed to an ``int[]`` argument (not ``SymInt[]``): dynamo specialises on
+  every element, so a value that changes between steps (e.g. ``npu_prompt_flash_attention(...,
+  actual_seq_lengths=lens)``) recompiles every step even with ``dynamic=True``. Values fixed
+  when the model is built are fine (:func:`fixed_at_construction`: literals, module constants,
+  ``self`` attributes, tensor shapes, and local names assigned only from those, e.g.
+  ``active_expert_range=[0, num_experts]`` with ``num_experts = w13.shape[0]``); a function
+  parameter, or anything computed from one, may change every step and is flagged;
 * literal values the device does not accept (``input_layout``, ``sparse_mode`` of the fused
   attention, ``layout`` / ``rotary_mode`` of the fused rotary; the accepted sets are
   :mod:`scaffold.device_limits`'s for the platform).
@@ -33,6 +37,7 @@ is activated (CPU stand-ins for CANN).
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import re
 import sys
@@ -125,6 +130,99 @@ def _literal_values(node: ast.AST) -> list | None:
     return [value] if ok else None
 
 
+_SHAPE_ATTRIBUTES = ("shape", "ndim")
+_SHAPE_METHODS = ("size", "dim")
+_FIXED_BUILTINS = ("len", "int", "min", "max", "tuple", "list")
+
+
+def _assigned_values(scope: ast.AST, name: str) -> list[ast.AST] | None:
+    """The expressions `name` is assigned in `scope` (itself, not nested scopes); None when
+    it is bound some other way (a loop target, a with/except name, augmented assignment)."""
+    values: list[ast.AST] = []
+    for node in _scope_nodes(scope):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id == name:
+                    values.append(node.value)
+                elif isinstance(target, ast.Tuple | ast.List) and any(
+                    isinstance(e, ast.Name) and e.id == name for e in target.elts
+                ):
+                    values.append(node.value)  # unpacking: fixed if the whole value is
+        elif isinstance(node, ast.AnnAssign | ast.NamedExpr):
+            if isinstance(node.target, ast.Name) and node.target.id == name:
+                if node.value is None:
+                    continue
+                values.append(node.value)
+        elif isinstance(node, ast.AugAssign | ast.For | ast.comprehension | ast.withitem):
+            target = getattr(node, "target", None) or getattr(node, "optional_vars", None)
+            if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(target or node)):
+                return None
+    return values
+
+
+def _parameters(scope: ast.AST) -> set[str]:
+    if not isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        return set()
+    a = scope.args
+    names = [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
+    return {p.arg for p in names if p is not None}
+
+
+def fixed_at_construction(node: ast.AST, scopes: list[ast.AST], _seen=frozenset()) -> bool:
+    """Whether `node`'s value is fixed when the model is built, not per decode step.
+
+    Fixed: literals; attributes of ``self`` (set in ``__init__``); tensor shapes (``x.shape``,
+    ``x.shape[0]``, ``x.size(0)``, ``x.ndim``: static within one compiled graph); names assigned
+    only fixed values in the enclosing function, or at module level; containers, arithmetic,
+    subscripts, conditional expressions and ``len``/``int``/``min``/``max`` of fixed values.
+    A parameter of the enclosing function is not: its caller may pass a per-step value.
+    `scopes`: the enclosing scopes, innermost first, the module last.
+    """
+    ok = functools.partial(fixed_at_construction, scopes=scopes, _seen=_seen)
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.List | ast.Tuple | ast.Set):
+        return all(ok(e) for e in node.elts)
+    if isinstance(node, ast.BinOp):
+        return ok(node.left) and ok(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return ok(node.operand)
+    if isinstance(node, ast.IfExp):
+        return ok(node.test) and ok(node.body) and ok(node.orelse)
+    if isinstance(node, ast.Subscript):
+        return ok(node.value) and ok(node.slice)
+    if isinstance(node, ast.Attribute):
+        if node.attr in _SHAPE_ATTRIBUTES:
+            return True
+        root = node
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        return isinstance(root, ast.Name) and root.id == "self"
+    if isinstance(node, ast.Call):
+        func = node.func
+        args = [*node.args, *(k.value for k in node.keywords)]
+        if isinstance(func, ast.Attribute) and func.attr in _SHAPE_METHODS:
+            return all(ok(a) for a in args)
+        if isinstance(func, ast.Name) and func.id in _FIXED_BUILTINS:
+            return all(ok(a) for a in args)
+        return False
+    if isinstance(node, ast.Name):
+        if node.id == "self" or node.id in _seen:
+            return node.id == "self"
+        for depth, scope in enumerate(scopes):
+            if node.id in _parameters(scope):
+                return False
+            values = _assigned_values(scope, node.id)
+            if values is None:
+                return False
+            if values:
+                outer = scopes[depth:]
+                seen = _seen | {node.id}
+                return all(fixed_at_construction(v, outer, seen) for v in values)
+        return False  # a global of another module, a builtin: not known here
+    return False
+
+
 def _accepted_values(op: str, bound: dict[str, ast.AST], platform: str) -> dict[str, tuple]:
     """Argument -> the values the device accepts (scaffold.device_limits)."""
     from scaffold.device_limits import LIMITS
@@ -162,7 +260,9 @@ def _type_fits(declared: str, value) -> bool:
     return True  # ScalarType, Layout, ...: not checked
 
 
-def _check_schema(call: ast.Call, schema, platform: str = "A3") -> list[str]:
+def _check_schema(
+    call: ast.Call, schema, platform: str = "A3", scopes: list[ast.AST] | None = None
+) -> list[str]:
     problems = []
     args = list(schema.arguments)
     declared = _declared_types(schema)
@@ -199,11 +299,12 @@ def _check_schema(call: ast.Call, schema, platform: str = "A3") -> list[str]:
         typ = declared[name]
         values = _literal_values(node)
         if re.fullmatch(r"int\[\d*\]\??", typ) and values is None:
-            problems.append(
-                f"argument {name!r} is `{typ}` (not SymInt[]) but gets a non-constant value "
-                f"`{ast.unparse(node)}`: dynamo specialises on it and recompiles whenever it "
-                "changes (every decode step), even with dynamic=True"
-            )
+            if not fixed_at_construction(node, scopes or []):
+                problems.append(
+                    f"argument {name!r} is `{typ}` (not SymInt[]) but gets `{ast.unparse(node)}`, "
+                    "a value that may change per step: dynamo specialises on it and recompiles "
+                    "whenever it changes (every decode step), even with dynamic=True"
+                )
             continue
         for value in values or ():
             if not _type_fits(typ, value):
@@ -278,28 +379,32 @@ def local_op_aliases(scope: ast.AST, aliases: dict[str, str]) -> dict[str, list]
     return out
 
 
-def _calls(tree: ast.Module, aliases: dict[str, str]) -> Iterator[tuple[ast.Call, list, str]]:
-    """(call, candidate ops, how the name was reached) for every NPU call, scope by scope."""
-    stack: list[tuple[ast.AST, list[dict[str, list]]]] = [(tree, [])]
+def _calls(tree: ast.Module, aliases: dict[str, str]) -> Iterator[tuple[ast.Call, list, str, list]]:
+    """(call, candidate ops, how the name was reached, enclosing scopes innermost first) for
+    every NPU call, scope by scope."""
+    stack: list[tuple[ast.AST, list[dict[str, list]], list[ast.AST]]] = [(tree, [], [])]
     while stack:
-        scope, outer = stack.pop()
+        scope, outer, outer_scopes = stack.pop()
         chain = [local_op_aliases(scope, aliases), *outer]
+        scopes = [scope, *outer_scopes]
         for node in _scope_nodes(scope):
             if isinstance(node, _SCOPES):
-                stack.append((node, chain))
+                # a class body is not an enclosing scope of its methods' names
+                inner = scopes if not isinstance(scope, ast.ClassDef) else scopes[1:]
+                stack.append((node, chain, inner))
             if not isinstance(node, ast.Call):
                 continue
             target = _target(node.func, aliases)
             if target is not None:
-                yield node, [target], ""
+                yield node, [target], "", scopes
             elif isinstance(node.func, ast.Name):
                 name = node.func.id
                 found = next((level[name] for level in chain if name in level), None)
                 if found:
-                    yield node, found, name
+                    yield node, found, name, scopes
 
 
-def _check_call(node: ast.Call, target, platform: str) -> list[str]:
+def _check_call(node: ast.Call, target, platform: str, scopes: list[ast.AST]) -> list[str]:
     ns, name, _ = target
     schemas = _schemas(ns, name)
     if schemas is None:
@@ -309,7 +414,7 @@ def _check_call(node: ast.Call, target, platform: str) -> list[str]:
             where = "torchair" if ns.startswith("air") else "torch_npu"
             return [f"no such op/attribute in the installed {where}"]
         return _check_signature(node, fn)
-    results = [_check_schema(node, s, platform) for s in schemas]
+    results = [_check_schema(node, s, platform, scopes) for s in schemas]
     return results[0] if all(results) else []  # no overload accepts the call
 
 
@@ -324,11 +429,11 @@ def check_npu_calls(source_paths, platform: str | None = None) -> list[str]:
         tree = ast.parse(path.read_text(), filename=str(path))
         aliases = import_aliases(tree)
         found = sorted(_calls(tree, aliases), key=lambda item: (item[0].lineno, item[2]))
-        for node, targets, via in found:
+        for node, targets, via, scopes in found:
             for target in targets:
                 shown = f"{via} (= {target[2]})" if via else target[2]
                 where = f"{path}:{node.lineno}: {shown}"
-                problems += [f"{where}: {m}" for m in _check_call(node, target, platform)]
+                problems += [f"{where}: {m}" for m in _check_call(node, target, platform, scopes)]
     return problems
 
 

@@ -1,4 +1,4 @@
-"""A dense GQA decoder with eager prefill and a graph-compiled decode.
+"""A GQA decoder with mixture-of-experts layers with eager prefill and a graph-compiled decode.
 
 Rendered by ascend-scaffold as qwen3_moe.
 """

@@ -104,8 +104,10 @@ def moe_experts(
         expert_tokens_num_type=1,  # counts per expert, the group_list of group_list_type=1
         expert_tokens_num_flag=True,
         quant_mode=-1,
-        # active_expert_range stays [] (every expert: the wheel's meta kernel sizes the counts
-        # by expert_num); an expert-parallel rank would pass its own [first, last).
+        # The rank's experts, [first, last): every expert on one device. Always passed, as
+        # cann-recipes-infer's models/qwen3_moe does: an omitted range reaches GE as None
+        # (torchair's npu_moe_init_routing_v2 converter), which MoeInitRoutingV3 refuses.
+        active_expert_range=[0, num_experts],
     )
     h = torch_npu.npu_grouped_matmul(
         [expanded_x],

@@ -104,8 +104,10 @@ def moe_experts(
         expert_tokens_num_type=1,  # counts per expert, the group_list of group_list_type=1
         expert_tokens_num_flag=True,
         quant_mode=-1,
-        # active_expert_range stays [] (every expert: the wheel's meta kernel sizes the counts
-        # by expert_num); an expert-parallel rank would pass its own [first, last).
+        # The rank's experts, [first, last): every expert on one device. Always passed, as
+        # cann-recipes-infer's models/qwen3_moe does: an omitted range reaches GE as None
+        # (torchair's npu_moe_init_routing_v2 converter), which MoeInitRoutingV3 refuses.
+        active_expert_range=[0, num_experts],
     )
     h = torch_npu.npu_grouped_matmul(
         [expanded_x],
@@ -141,9 +143,15 @@ def moe_experts(
 
 
 def paged_scatter_update_(cache: torch.Tensor, slots: torch.Tensor, update: torch.Tensor) -> None:
-    """update [T, N, D] into cache.view(-1, N, D) at slots [T] (in place; the op does not check
-    bounds: the block allocator hands out legal slots only, the null block's for idle rows)."""
-    torch_npu.npu_scatter_nd_update_(cache.view(-1, *update.shape[1:]), slots.view(-1, 1), update)
+    """update [T, N, D] into the (num_blocks, block_size, N * D) cache at slots [T], in place
+    (the op does not check bounds: the block allocator hands out legal slots only, the null
+    block's for idle rows). Written into the cache itself, indexed by (block, offset) pairs:
+    through a view of it, npugraph_ex's input in-place pass and torchair leave a functional
+    npu_scatter_nd_update that copies the whole cache every step (the GE-conversion tests
+    check this)."""
+    block_size = cache.shape[1]
+    indices = torch.stack((slots // block_size, slots % block_size), dim=-1)
+    torch_npu.npu_scatter_nd_update_(cache, indices, update.reshape(update.shape[0], -1))
 
 
 def paged_attention(
