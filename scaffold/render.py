@@ -81,7 +81,7 @@ def scratch_render(spec: ModelSpec, dest: Path) -> Iterator[Path]:
                 copier.run_copy(
                     str(template_root()),
                     out,
-                    data=spec.answers(),
+                    data=spec.copier_data(),
                     vcs_ref="HEAD",  # this checkout, not the newest release tag
                     defaults=True,
                     overwrite=True,
@@ -90,6 +90,10 @@ def scratch_render(spec: ModelSpec, dest: Path) -> Iterator[Path]:
                 )
             except OSError as exc:
                 raise UserError(f"cannot render into {parent}: {exc}") from None
+            except ValueError as exc:  # copier's own check of an answer: one line, no traceback
+                if not str(exc).startswith("Validation error for question"):
+                    raise
+                raise UserError(str(exc).split(": ", 1)[-1]) from None
         source = recorded_source()  # a template copier cannot find again (see the module)
         if source is not None:
             record_source(out / ".copier-answers.yml", *source)

@@ -104,6 +104,20 @@ class ModelSpec:
     def answers(self) -> dict[str, Any]:
         return asdict(self)
 
+    def copier_data(self) -> dict[str, Any]:
+        """The answers of the questions that apply: copier checks the validator of every
+        answer it is given, also of a question whose `when` is false (a contiguous cache's
+        `block_size`); it renders those with their defaults."""
+        known: dict[str, Any] = {}
+        data: dict[str, Any] = {}
+        answers = self.answers()
+        for item in load_questions():
+            value = answers[item.name] if item.asked else item.default_for(known)
+            known[item.name] = value
+            if item.asked and item.applies(known):
+                data[item.name] = value
+        return data
+
 
 def moe_layers(a: Mapping[str, Any]) -> tuple[int, ...]:
     """The MoE layers of family moe answers (none for dense): the template's own rule."""

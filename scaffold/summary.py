@@ -24,7 +24,9 @@ def npu_ops(spec: ModelSpec) -> list[str]:
         f"{attention}.npu_fused_infer_attention_score",
         "torch_npu.npu_rms_norm",
         rotary,
-        "torch_npu.scatter_update_",
+        "torch_npu.npu_scatter_nd_update_"
+        if spec.kv_cache == "paged"
+        else "torch_npu.scatter_update_",
     ]
     if spec.family == "moe":
         ops += [f"torch_npu.{op}" for op in MOE_OPS]
@@ -64,7 +66,8 @@ def _kv_cache_line(s: ModelSpec) -> str:
     if s.kv_cache == "paged":
         blocks = paged_blocks(s.answers())
         return (
-            f"  KV cache    paged: {blocks:,} blocks of {s.block_size} tokens + 1 null block "
+            f"  KV cache    paged: {blocks:,} block{'s' if blocks != 1 else ''} of "
+            f"{s.block_size} tokens + 1 null block "
             f"(budget {s.kv_cache_tokens:,} tokens for batch_size {s.batch_size}, rows of up to "
             f"{s.max_seq_len:,}) x K,V x {s.num_hidden_layers} layers, preallocated, written in "
             f"place at slot_mapping: {gib(s.kv_cache_bytes)}"

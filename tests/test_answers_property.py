@@ -4,6 +4,7 @@ nothing. No third outcome."""
 
 import importlib
 import math
+from importlib.util import find_spec
 import sys
 
 import pytest
@@ -34,6 +35,14 @@ BAD_VALUES = {
     "fa_interface": st.sampled_from(["flash", "torchair"]),
     "enable_static_kernel": st.just(True),
     "unknown_answer": st.just(1),
+    "family": st.sampled_from(["sparse", "", 1]),
+    "kv_cache": st.sampled_from(["pages", None]),
+    "num_experts": st.sampled_from([0, -1, 10**6]),
+    "num_experts_per_tok": st.sampled_from([0, 99]),
+    "moe_intermediate_size": st.sampled_from([0, -4]),
+    "mlp_only_layers": st.sampled_from(["0 3", "a", "-1", "0,,1", "99"]),
+    "block_size": st.sampled_from([0, 17, 1024, -16]),
+    "kv_cache_tokens": st.sampled_from([0, -1, 10**12, 2]),
 }
 
 
@@ -63,6 +72,23 @@ def answer_sets(draw):
     }
     if draw(st.booleans()):
         del answers["head_dim"]  # derived from hidden_size // num_attention_heads
+    if draw(st.booleans()):
+        answers.update(
+            family="moe",
+            num_experts=draw(st.integers(2, 8)),
+            num_experts_per_tok=draw(st.integers(1, 2)),
+            moe_intermediate_size=draw(st.integers(1, 48)),
+            decoder_sparse_step=draw(st.integers(1, 2)),
+            mlp_only_layers=draw(st.sampled_from(["", "0", "1", "0, 1"])),
+            shared_expert_intermediate_size=draw(st.sampled_from([0, 16])),
+            norm_topk_prob=draw(st.booleans()),
+        )
+    if draw(st.booleans()):
+        answers.update(
+            kv_cache="paged",
+            block_size=draw(st.sampled_from([16, 32, 128])),
+            kv_cache_tokens=draw(st.integers(1, 200)),
+        )
     kind = draw(st.sampled_from(["none", "linear", "llama3", "yarn"]))
     if kind != "none":
         answers["rope_scaling"] = kind
@@ -82,7 +108,11 @@ def _run_package(dest, name: str, batch: int, max_seq_len: int) -> None:
         metadata = importlib.import_module(f"{name}.metadata")
         modeling = importlib.import_module(f"{name}.modeling")
         model = modeling.Transformer(architecture.ModelArgs(), ops.load("portable")).eval()
-        model.setup_caches(batch)
+        if find_spec(f"{name}.block_allocator"):  # paged: a budget for this run's rows
+            block = importlib.import_module(f"{name}.block_allocator").BLOCK_SIZE
+            model.setup_caches(batch, kv_cache_tokens=batch * -(-max_seq_len // block) * block)
+        else:
+            model.setup_caches(batch)
         prompt_len = max_seq_len - 2  # room for two decode steps
         tokens = torch.randint(0, model.args.vocab_size, (batch, prompt_len))
         with torch.inference_mode():
@@ -99,7 +129,7 @@ def _run_package(dest, name: str, batch: int, max_seq_len: int) -> None:
 
 
 @settings(
-    max_examples=60,
+    max_examples=80,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

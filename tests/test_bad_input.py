@@ -238,3 +238,67 @@ def test_next_hint_quotes_a_path_with_spaces(cli, tmp_path):
     assert result.exit_code == 0, result.output
     assert f"pip install -e '{tmp_path}/my models/tiny[test]'" in result.stdout
     assert f"pytest '{tmp_path}/my models/tiny'/tests" in result.stdout
+
+
+WIDE_KV = (
+    "--num-attention-heads",
+    "128",
+    "--num-key-value-heads",
+    "128",
+    "--head-dim",
+    "512",
+    "--hidden-size",
+    "1024",
+    "--num-hidden-layers",
+    "1",
+)  # KV_N x D = 65,536
+
+
+def test_a_paged_only_limit_does_not_refuse_a_contiguous_cache(cli, tmp_path):
+    """block_size's validator (KV_N x D <= 65,535 in the paged (blocknum, blocksize, H) layout)
+    applies only to a paged cache: a contiguous render of the same shape is written, and the
+    paged one refused with one line (copier used to check the validator of every answer it
+    was given, applicable or not, and end in a traceback)."""
+    result = cli("new", "model", "--defaults", *WIDE_KV, tmp_path / "contiguous")
+    assert result.exit_code == 0, result.output
+    answers = (tmp_path / "contiguous" / ".copier-answers.yml").read_text()
+    assert "block_size" not in answers
+    line = refused(cli, tmp_path, *WIDE_KV, "--kv-cache", "paged")
+    assert "num_key_value_heads x head_dim = 65536" in line and "65535" in line
+
+
+MOE4 = ("--family", "moe", "--num-hidden-layers", "4")
+
+
+@pytest.mark.parametrize(
+    ("text", "layers"), [("0 3", "(0, 3)"), ("1 0", "(0, 1)"), ("0, 3", "(0, 3)"), ("2", "(2,)")]
+)
+def test_mlp_only_layers_read_as_the_user_means_them(cli, tmp_path, text, layers):
+    """Commas or spaces separate the indices: "0 3" is layers 0 and 3 (it was read as 3,
+    and "1 0" as 10)."""
+    result = cli("new", "model", "--defaults", *MOE4, "--mlp-only-layers", text, tmp_path / "p")
+    assert result.exit_code == 0, result.output
+    architecture = (tmp_path / "p" / "src" / "llama_tiny" / "architecture.py").read_text()
+    assert f"mlp_only_layers: tuple[int, ...] = {layers}" in architecture
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("0,,1", "separated by commas or spaces"),
+        ("0 x", "separated by commas or spaces"),
+        ("0 9", "layer 9 does not exist"),
+    ],
+)
+def test_mlp_only_layers_refused_with_the_accepted_form(cli, tmp_path, text, reason):
+    assert reason in refused(cli, tmp_path, *MOE4, "--mlp-only-layers", text)
+
+
+def test_a_paged_budget_that_cannot_hold_its_own_yaml_is_refused(cli, tmp_path):
+    """The rendered YAML runs batch_size rows of prompt + new tokens: a budget that cannot
+    hold them would fail the package's own runner, validate and triage."""
+    paged = ("--kv-cache", "paged", "--batch-size", "8", "--max-seq-len", "512")
+    line = refused(cli, tmp_path, *paged, "--kv-cache-tokens", "512")
+    assert "cannot hold the rendered YAML's batch" in line and "at least 1024 tokens" in line
+    result = cli("new", "model", "--defaults", *paged, "--kv-cache-tokens", "1024", tmp_path / "ok")
+    assert result.exit_code == 0, result.output

@@ -261,3 +261,12 @@ def test_failed_render_leaves_nothing(cli, tmp_path, monkeypatch):
     assert result.exit_code != 0
     assert not dest.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_paged_summary_names_the_paged_write_and_counts_blocks_in_english(cli, tmp_path):
+    result = cli("new", "model", "--defaults", "--kv-cache", "paged", "--max-seq-len", "128",
+                 tmp_path / "p")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "paged: 1 block of 128 tokens + 1 null block" in result.output
+    assert "torch_npu.npu_scatter_nd_update_" in result.output
+    assert "torch_npu.scatter_update_" not in result.output

@@ -106,3 +106,16 @@ def test_example_npu_emulated_tier(name):
     tail = result.stdout[-3000:] + result.stderr[-2000:]
     assert result.returncode == 0, tail
     assert " passed" in result.stdout and "skipped" not in result.stdout, tail
+
+
+@pytest.mark.slow
+def test_a_paged_package_with_a_small_budget_passes_its_own_suite(cli, tmp_path):
+    """A valid paged answer set whose budget holds one row of the rendered model: the
+    package's tests size their caches for their own shapes, and pass (issue: 6 failures)."""
+    dest = tmp_path / "small_budget"
+    result = cli("new", "model", "--defaults", "--kv-cache", "paged", "--max-seq-len", "128", dest)
+    assert result.exit_code == 0, result.output
+    assert "kv_cache_tokens: 128 " in (dest / "config" / "llama_tiny.yaml").read_text()
+    proc = run_in(dest, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not npu_emulated")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and " failed" not in proc.stdout

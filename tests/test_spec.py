@@ -26,7 +26,7 @@ RULES = [
     (
         {**MOE, "mlp_only_layers": "0, 3"},
         {**MOE, "mlp_only_layers": "0;3"},
-        "mlp_only_layers must be comma-separated layer indices",
+        "mlp_only_layers must be layer indices separated by commas or spaces",
     ),
     (
         {**MOE, "mlp_only_layers": "3"},

@@ -589,3 +589,23 @@ def test_render_from_a_checkout_dirty_outside_the_template_records_a_real_commit
     result = make_invoke()("check-update", pkg)
     assert result.exit_code == 0, result.output
     assert result.stdout == f"{pkg} is up to date (template v1.0.0)\n" and not result.stderr
+
+
+def test_update_from_a_template_checkout_with_uncommitted_changes_is_refused(lean):
+    """copier would render the working tree and record a commit for it that exists nowhere,
+    after which the package could never be updated again."""
+    tpl, pkg, invoke = lean
+    readme = tpl / "templates/model/README.md.jinja"
+    before = readme.read_text()
+    readme.write_text(before + "\nAn uncommitted line.\n")
+    try:
+        result = invoke("update", pkg, "--defaults")
+        assert result.exit_code == 2, result.output
+        line = one_line(result.stderr)
+        assert "uncommitted changes (templates/model/README.md.jinja)" in line, line
+        assert status(pkg) == set()  # nothing written
+    finally:
+        readme.write_text(before)
+    result = invoke("update", pkg, "--defaults")  # committed (here: reverted): it updates
+    assert result.exit_code == 0, result.output
+    assert answers(pkg)["_commit"] == "v2.0.0"

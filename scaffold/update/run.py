@@ -16,6 +16,7 @@ import yaml
 from copier.errors import CopierError, UnsafeTemplateError, UserMessageError
 
 from ..errors import UserError
+from ..template_source import dirty_template_files
 from .conflicts import find_conflicts, git_status, require_clean_git, sample
 from .package import ANSWERS_FILE, NO_SHA, UNMERGED, Package, git, read_package
 from .trust import is_own_template
@@ -158,6 +159,7 @@ def run_update(
         if not check.update_available:
             return UpdateResult(dest, package.commit, package.commit, up_to_date=True)
         vcs_ref = check.latest
+    require_committed_template(package)
     trusted = trust or is_own_template(package)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -189,6 +191,24 @@ def run_update(
         trusted=trusted,
         warnings=sorted({str(w.message).splitlines()[0] for w in caught if str(w.message)}),
     )
+
+
+def require_committed_template(package: Package) -> None:
+    """Refuse (exit 2) an update from a local template checkout with uncommitted changes to
+    copier.yml or templates/: copier would render them and record a commit for them that
+    exists nowhere, and the package could never be updated again (`new model` warns about
+    the same case)."""
+    if package.is_url:
+        return
+    root = Path(package.src_path).expanduser()
+    dirty = dirty_template_files(root)
+    if dirty:
+        listed = ", ".join(dirty[:3]) + (", ..." if len(dirty) > 3 else "")
+        raise UserError(
+            f"the template checkout {root} has uncommitted changes ({listed}): an update "
+            "from it would record a template commit that exists nowhere; commit or stash "
+            "them, then update again"
+        )
 
 
 def _recorded_commit(dest: Path) -> str | None:

@@ -11,7 +11,7 @@ from importlib.util import find_spec
 
 import pytest
 import torch
-from conftest import RENDERED_CONFIG, compile_config, greedy
+from conftest import RENDERED_CONFIG, compile_config, greedy, setup_test_caches
 
 from llama_tiny import (
     ops,
@@ -117,6 +117,7 @@ def decode_config():
 def test_matches_transformers(checkpoints, model_type, compiled):
     path, ref_logits, ref_tokens = checkpoints(model_type)
     model = load_pretrained(path, ops.load("portable"), dtype=torch.float32, batch_size=BATCH)
+    setup_test_caches(model, BATCH)  # the test's rows, not the rendered budget
     config = decode_config()
     decode = compile_decode(model, config) if compiled else model.decode
     steps = greedy(model, decode, prompt(), STEPS, config.tensor_lengths)

@@ -91,8 +91,23 @@ def tiny_model(
 ) -> Transformer:
     torch.manual_seed(seed)
     model = Transformer(args, ops.load(backend)).to(dtype).eval()
-    model.setup_caches(batch)
+    setup_test_caches(model, batch)
     return model
+
+
+def test_cache_tokens(batch: int = BATCH, max_seq_len: int = TINY.max_seq_len) -> int | None:
+    """The KV budget for the test shapes (`batch` rows of up to `max_seq_len`); None: a
+    contiguous cache has no budget, every row holds max_seq_len positions."""
+    del batch, max_seq_len
+    return None
+
+
+test_cache_tokens.__test__ = False  # a helper, not a test
+
+
+def setup_test_caches(model: Transformer, batch: int = BATCH) -> None:
+    """KV caches for the test shapes (test_cache_tokens)."""
+    model.setup_caches(batch, kv_cache_tokens=test_cache_tokens(batch, model.args.max_seq_len))
 
 
 # The compile settings this package was rendered with (config/*.yaml is yours to change;

@@ -7,7 +7,7 @@ from importlib.util import find_spec
 
 import pytest
 import torch
-from conftest import RENDERED_CONFIG, TINY, compile_config, tiny_model
+from conftest import RENDERED_CONFIG, TINY, compile_config, setup_test_caches, tiny_model
 from torch._dynamo.utils import counters
 
 from mixtral_ge import (
@@ -24,6 +24,9 @@ from mixtral_ge.graph import (
     compile_decode,
     graph_break_count,
     graph_count,
+)
+from mixtral_ge.inference_config import (
+    InputError,
 )
 from mixtral_ge.metadata import (
     CacheOverflowError,
@@ -168,6 +171,10 @@ def test_eos_stops_a_row_while_the_others_go_on_without_recompiles():
         layer.self_attn.kv_cache.v_cache.fill_(SENTINEL)
     graphs, breaks = graph_count(), graph_break_count()
     writes = []
+
+    def watch(step):
+        writes.append(step["kv_len"].tolist())
+
     result = generate(
         model,
         decode,
@@ -175,7 +182,7 @@ def test_eos_stops_a_row_while_the_others_go_on_without_recompiles():
         NEW_TOKENS,
         eos_token_ids={eos},
         sampler=greedy_but_row0_stops,
-        on_step=lambda step: writes.append(step["kv_len"].tolist()),
+        on_step=watch,
     )
     assert graph_count() == graphs, "decode recompiled when a row finished"
     assert graph_break_count() == breaks
@@ -263,6 +270,7 @@ def test_ragged_batch_matches_transformers_per_prompt(tmp_path):
     reference.save_pretrained(tmp_path)
     batch = prompts(vocab=reference.config.vocab_size)
     model = load_pretrained(tmp_path, ops.load("portable"), batch_size=len(batch))
+    setup_test_caches(model, len(batch))  # the test's rows, not the rendered budget
     config = RENDERED_CONFIG
     if config.exe_mode == "eager":
         config = compile_config("npugraph_ex", False)
@@ -288,3 +296,45 @@ def test_ragged_batch_matches_transformers_per_prompt(tmp_path):
         torch.testing.assert_close(
             rows_of(ours, row), expected, rtol=RTOL, atol=ATOL, msg=f"row {row}"
         )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"prompts": [[1, 2], [3, TINY.vocab_size]]}, "token id 128 is not an integer in"),
+        ({"prompts": [[1, 2], [3, -1]]}, "token id -1 is not an integer in"),
+        ({"prompts": [[1, 2], [3.0, 4]]}, "token id 3.0 is not an integer"),
+        ({"prompts": [[1, 2], "ab"]}, "prompt 1 must be a list of token ids"),
+        ({"prompts": [[1, 2], []]}, "every prompt needs at least one token"),
+        ({"max_new_tokens": 2.5}, "max_new_tokens must be an integer or one per row"),
+        ({"max_new_tokens": True}, "max_new_tokens must be an integer or one per row"),
+        ({"max_new_tokens": [2, 0]}, "max_new_tokens must be an integer >= 1"),
+        ({"eos_token_ids": {"2"}}, "eos_token_ids must hold integer token ids"),
+        ({"eos_token_ids": 2}, "eos_token_ids must be a set of token ids"),
+        ({"sampler": "greedy"}, "sampler must be callable"),
+    ],
+)
+def test_generate_refuses_bad_arguments_in_one_line(change, message):
+    """The Python API gets the runner's one-line InputErrors, before anything runs."""
+    model = tiny_model(batch=2)
+    kwargs = {"prompts": [[1, 2], [3, 4]], "max_new_tokens": 3, **change}
+    with pytest.raises(InputError, match=message):
+        generate(model, model.decode, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ((-1.0, 0, 1.0, 0), "temperature must be a finite number >= 0"),
+        ((float("nan"), 0, 1.0, 0), "temperature must be a finite number >= 0"),
+        ((1.0, -1, 1.0, 0), "top_k must be an integer in"),
+        ((1.0, 2.5, 1.0, 0), "top_k must be an integer in"),
+        ((1.0, 0, float("nan"), 0), "top_p must be a number in"),
+        ((1.0, 0, 1.5, 0), "top_p must be a number in"),
+        ((1.0, 0, 1.0, 2**64), "seed must be None or an integer"),
+        ((1.0, 0, 1.0, -1), "seed must be None or an integer"),
+    ],
+)
+def test_sampler_refuses_bad_values_in_one_line(values, message):
+    with pytest.raises(InputError, match=message):
+        TokenSampler(*values)

@@ -125,3 +125,45 @@ def test_bad_config_json_names_the_file(tmp_path, text, message):
     with pytest.raises(CheckpointError, match=message) as error:
         model_args_from_hf(tmp_path)
     assert str(tmp_path / "config.json") in str(error.value)
+
+
+def test_a_paged_budget_in_a_contiguous_package_exits_2(capsys, tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("scheduler_config:\n  kv_cache_tokens: 4096\n")
+    assert main(["--config", str(path)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "scheduler_config.kv_cache_tokens" in line and "contiguous" in line, line
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("scheduler_config:\n  batch_size: 1000000000\n", "batch_size must be in [1, 4,096]"),
+        ("scheduler_config:\n  batch_size: 10000000\n", "batch_size must be in [1, 4,096]"),
+        ("scheduler_config:\n  max_new_tokens: 99999999999\n", "max_new_tokens must be in"),
+        ("data_config:\n  seed: 18446744073709551616\n", "data_config.seed must be in"),
+        ("data_config:\n  top_k: -1\n", "data_config.top_k must be in"),
+        ("data_config:\n  input_truncated_len: 0\n", "input_truncated_len must be in"),
+        ("parallel_config:\n  world_size: 0\n", "world_size must be in"),
+    ],
+)
+def test_numbers_out_of_bounds_exit_2_in_one_line(capsys, tmp_path, yaml_text, message):
+    """The interview's bounds hold in the YAML too: no OOM kill, no traceback."""
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml_text)
+    assert main(["--config", str(path)]) == 2
+    assert message in one_error_line(capsys.readouterr().err)
+
+
+def test_weights_and_kv_cache_beyond_one_device_are_refused_before_allocating():
+    import dataclasses
+
+    from mixtral_ge.runner import check_memory
+
+    config = InferenceConfig()
+    config.scheduler_config.batch_size = 4096
+    sized_by = "scheduler_config.batch_size 4,096"
+    args = dataclasses.replace(ModelArgs(), max_seq_len=1_048_576)
+    with pytest.raises(InputError, match=f"KV cache .* GiB \\({sized_by}.*exceed the 1,024 GiB"):
+        check_memory(args, config)
+    check_memory(TINY, InferenceConfig())  # the tiny model fits

@@ -2,7 +2,15 @@
 
 import pytest
 import torch
-from conftest import NPU_DTYPE, RENDERED_CONFIG, TINY_NPU, greedy, prompt, tiny_model
+from conftest import (
+    NPU_DTYPE,
+    RENDERED_CONFIG,
+    TINY_NPU,
+    greedy,
+    prompt,
+    setup_test_caches,
+    tiny_model,
+)
 
 from qwen2_eager import (
     ops,
@@ -27,7 +35,7 @@ pytestmark = [
 def npu_model(seed: int = 0) -> Transformer:
     """Shapes and a dtype the device takes (conftest.TINY_NPU), on the NPU."""
     model = tiny_model(seed=seed, args=TINY_NPU, backend="npu", dtype=NPU_DTYPE).to("npu")
-    model.setup_caches(2)  # again, on the device
+    setup_test_caches(model, 2)  # again, on the device
     return model
 
 

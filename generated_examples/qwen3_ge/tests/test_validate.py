@@ -138,3 +138,54 @@ def test_graph_logits_off_eager_fail_the_function_check():
     assert function.status == "fail" and not report.ok
     assert 1e-4 < function.figures["max_rel_error"] <= 1.01e-3  # prefill is not scaled
     assert report.check("compile").status == "pass"
+
+
+def test_each_command_help_opens_with_a_whole_sentence():
+    from qwen3_ge import runner, triage
+
+    for module in (runner, triage, validate_module):
+        description = module.parser().description
+        assert description.endswith("."), (module.__name__, description)
+        assert "\n" not in description
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file", "a linked report.md"])
+def test_a_bad_report_location_exits_2_before_the_run(tmp_path, monkeypatch, capsys, where):
+    """Checked before anything runs (the model is never built), and a report.md that is a
+    link is refused, its target untouched."""
+    path = tmp_path / "config.yaml"
+    path.write_text("")
+    target = tmp_path / "yours.md"
+    target.write_text("keep me")
+    out = tmp_path / "out"
+    if where == "a file":
+        out.write_text("a file")
+    elif where == "under a file":
+        (tmp_path / "file").write_text("a file")
+        out = tmp_path / "file" / "out"
+    else:
+        out.mkdir()
+        (out / "report.md").symlink_to(target)
+
+    def never(*_):
+        raise AssertionError("the model was built before the report location was checked")
+
+    monkeypatch.setattr(validate_module, "load_model", never)
+    assert validate_module.main(["--config", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert target.read_text() == "keep me"
+
+
+def test_the_report_replaces_a_link_and_never_writes_through_it(tmp_path):
+    target = tmp_path / "yours.md"
+    target.write_text("keep me")
+    out = tmp_path / "out"
+    out.mkdir()
+    report = validate_module.Report([], "config.yaml")
+    report.write(out)
+    (out / "report.md").unlink()
+    (out / "report.md").symlink_to(target)
+    with pytest.raises(validate_module.InputError, match="symbolic link"):
+        report.write(out)
+    assert target.read_text() == "keep me"

@@ -18,6 +18,9 @@ from qwen3_moe import (
 from qwen3_moe.architecture import (
     ModelArgs,
 )
+from qwen3_moe.block_allocator import (
+    BLOCK_SIZE,
+)
 from qwen3_moe.inference_config import (
     ModelConfig,
 )
@@ -91,8 +94,23 @@ def tiny_model(
 ) -> Transformer:
     torch.manual_seed(seed)
     model = Transformer(args, ops.load(backend)).to(dtype).eval()
-    model.setup_caches(batch)
+    setup_test_caches(model, batch)
     return model
+
+
+def test_cache_tokens(batch: int = BATCH, max_seq_len: int = TINY.max_seq_len) -> int | None:
+    """The KV budget for the test shapes (`batch` rows of up to `max_seq_len`): every row's
+    worst case in whole blocks, not the rendered budget (sized for the real model's rows, it
+    may hold fewer rows of the tiny model than the tests run)."""
+    return batch * -(-max_seq_len // BLOCK_SIZE) * BLOCK_SIZE
+
+
+test_cache_tokens.__test__ = False  # a helper, not a test
+
+
+def setup_test_caches(model: Transformer, batch: int = BATCH) -> None:
+    """KV caches for the test shapes (test_cache_tokens)."""
+    model.setup_caches(batch, kv_cache_tokens=test_cache_tokens(batch, model.args.max_seq_len))
 
 
 # The compile settings this package was rendered with (config/*.yaml is yours to change;

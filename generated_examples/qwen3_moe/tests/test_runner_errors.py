@@ -125,3 +125,60 @@ def test_bad_config_json_names_the_file(tmp_path, text, message):
     with pytest.raises(CheckpointError, match=message) as error:
         model_args_from_hf(tmp_path)
     assert str(tmp_path / "config.json") in str(error.value)
+
+
+def test_a_budget_that_cannot_hold_the_batch_exits_2_naming_the_yaml_key(capsys, tmp_path):
+    """Checked when the config is read, before the model is built: the message names the
+    key that raises the budget, and the size it needs."""
+    from qwen3_moe.block_allocator import BLOCK_SIZE
+    from qwen3_moe.runner import check_budget
+
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "scheduler_config:\n  batch_size: 4\n  max_new_tokens: 8\n"
+        f"  kv_cache_tokens: {BLOCK_SIZE}\n"
+        "data_config:\n  input_truncated_len: 8\n"
+    )
+    assert main(["--config", str(path)]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert "scheduler_config.kv_cache_tokens" in line and "cannot hold 4 rows" in line, line
+    assert f"raise it to at least {4 * BLOCK_SIZE}" in line, line
+    config = InferenceConfig()
+    config.scheduler_config.batch_size = 4
+    config.scheduler_config.kv_cache_tokens = 4 * BLOCK_SIZE
+    check_budget(config, 16)  # what the message asked for fits
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("scheduler_config:\n  batch_size: 1000000000\n", "batch_size must be in [1, 4,096]"),
+        ("scheduler_config:\n  batch_size: 10000000\n", "batch_size must be in [1, 4,096]"),
+        ("scheduler_config:\n  max_new_tokens: 99999999999\n", "max_new_tokens must be in"),
+        ("data_config:\n  seed: 18446744073709551616\n", "data_config.seed must be in"),
+        ("data_config:\n  top_k: -1\n", "data_config.top_k must be in"),
+        ("data_config:\n  input_truncated_len: 0\n", "input_truncated_len must be in"),
+        ("parallel_config:\n  world_size: 0\n", "world_size must be in"),
+    ],
+)
+def test_numbers_out_of_bounds_exit_2_in_one_line(capsys, tmp_path, yaml_text, message):
+    """The interview's bounds hold in the YAML too: no OOM kill, no traceback."""
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml_text)
+    assert main(["--config", str(path)]) == 2
+    assert message in one_error_line(capsys.readouterr().err)
+
+
+def test_weights_and_kv_cache_beyond_one_device_are_refused_before_allocating():
+    import dataclasses
+
+    from qwen3_moe.runner import check_memory
+
+    config = InferenceConfig()
+    config.scheduler_config.batch_size = 4096
+    config.scheduler_config.kv_cache_tokens = 1_073_741_824
+    sized_by = "scheduler_config.kv_cache_tokens"
+    args = dataclasses.replace(ModelArgs(), max_seq_len=1_048_576)
+    with pytest.raises(InputError, match=f"KV cache .* GiB \\({sized_by}.*exceed the 1,024 GiB"):
+        check_memory(args, config)
+    check_memory(TINY, InferenceConfig())  # the tiny model fits

@@ -41,6 +41,20 @@ class ConfigError(InputError):
     """The YAML inference config is unreadable or invalid; the message names the file or key."""
 
 
+# The interview's bounds (ascend-scaffold's copier.yml), applied again when the YAML is read:
+# a typo fails here, in one line, not as an allocation the host cannot make.
+MAX_BATCH = 4096
+MAX_POSITIONS = 1_048_576  # max_seq_len's bound: prompt and new tokens each fit in it
+MAX_KV_CACHE_TOKENS = 1_073_741_824
+MAX_TOP_K = 2_097_152  # vocab_size's bound
+MAX_SEED = 2**63 - 1  # an int64: what torch.Generator.manual_seed and numpy take
+
+
+def _bounded(key: str, value, low, high) -> None:
+    if not low <= value <= high:
+        raise ConfigError(f"{key} must be in [{low:,}, {high:,}], got {value:,}")
+
+
 def check_fits(
     prompt_len: int,
     new_tokens: int,
@@ -135,16 +149,14 @@ class DataConfig:
     seed: int | None = None
 
     def validate(self) -> None:
-        if self.input_truncated_len < 1:
-            raise ConfigError(
-                f"data_config.input_truncated_len must be >= 1, got {self.input_truncated_len}"
-            )
+        _bounded("data_config.input_truncated_len", self.input_truncated_len, 1, MAX_POSITIONS)
         if self.temperature < 0:
             raise ConfigError(f"data_config.temperature must be >= 0, got {self.temperature}")
         if not 0 <= self.top_p <= 1:
             raise ConfigError(f"data_config.top_p must be in [0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ConfigError(f"data_config.top_k must be >= 0, got {self.top_k}")
+        _bounded("data_config.top_k", self.top_k, 0, MAX_TOP_K)
+        if self.seed is not None:
+            _bounded("data_config.seed", self.seed, 0, MAX_SEED)
 
 
 @dataclass
@@ -157,8 +169,7 @@ class ParallelConfig:
     dense_tp_size: int = 1
 
     def validate(self) -> None:
-        if self.world_size <= 0:
-            raise ConfigError(f"parallel_config.world_size must be > 0, got {self.world_size}")
+        _bounded("parallel_config.world_size", self.world_size, 1, MAX_BATCH)
         for f in fields(self):
             size = getattr(self, f.name)
             if f.name != "world_size" and (size <= 0 or self.world_size % size):
@@ -175,13 +186,15 @@ class ParallelConfig:
 class SchedulerConfig:
     batch_size: int = 1
     max_new_tokens: int = 32
+    # paged KV cache: the token budget of every row together (null: the rendered one)
+    kv_cache_tokens: int | None = None
 
     def validate(self) -> None:
-        if self.batch_size < 1:
-            raise ConfigError(f"scheduler_config.batch_size must be >= 1, got {self.batch_size}")
-        if self.max_new_tokens < 1:
-            raise ConfigError(
-                f"scheduler_config.max_new_tokens must be >= 1, got {self.max_new_tokens}"
+        _bounded("scheduler_config.batch_size", self.batch_size, 1, MAX_BATCH)
+        _bounded("scheduler_config.max_new_tokens", self.max_new_tokens, 1, MAX_POSITIONS)
+        if self.kv_cache_tokens is not None:
+            _bounded(
+                "scheduler_config.kv_cache_tokens", self.kv_cache_tokens, 1, MAX_KV_CACHE_TOKENS
             )
 
 

@@ -56,9 +56,14 @@ class Transformer(nn.Module):
             self.lm_head.weight = self.embed_tokens.weight
         self.rotary = RotaryEmbedding(args)
 
-    def setup_caches(self, batch_size: int, max_seq_len: int | None = None) -> None:
+    def setup_caches(
+        self, batch_size: int, max_seq_len: int | None = None, kv_cache_tokens: None = None
+    ) -> None:
         """Allocate every layer's KV cache once, on the weights' device and dtype; decode
-        writes into it in place."""
+        writes into it in place. (`kv_cache_tokens` is a paged cache's budget: every row
+        here holds max_seq_len positions.)"""
+        if kv_cache_tokens is not None:
+            raise ValueError("kv_cache_tokens sets a paged cache's budget; this one is contiguous")
         max_seq_len = max_seq_len or self.args.max_seq_len
         weight = self.embed_tokens.weight
         for layer in self.layers:
@@ -76,6 +81,15 @@ class Transformer(nn.Module):
     def prepare_decode(self, kv_len: list[int], active: list[bool] | None = None) -> None:
         """Host side, before each decode call: nothing to prepare, the contiguous cache is
         written at kv_len inside the graph (a paged package reserves blocks here)."""
+
+    kv_cache_tokens = None  # a paged cache's budget; every row here owns max_seq_len positions
+
+    def start_request(self, tokens_per_row: list[int]) -> None:
+        """Every row owns max_seq_len positions: nothing to reserve (generation checks the
+        lengths against them)."""
+
+    def release_row(self, row: int) -> None:
+        """Nothing to release: a contiguous row's positions are its own."""
 
     def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """Logits of the last position of each row: (batch, 1, vocab)."""

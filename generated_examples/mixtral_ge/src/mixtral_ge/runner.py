@@ -79,8 +79,49 @@ def build_model(args: ModelArgs, config: InferenceConfig, device: torch.device) 
     dtype = getattr(torch, config.model_config.dtype)
     torch.manual_seed(config.data_config.seed or 0)
     model = Transformer(args, ops.load(backend)).to(device=device, dtype=dtype).eval()
-    model.setup_caches(config.scheduler_config.batch_size)
+    scheduler = config.scheduler_config
+    model.setup_caches(scheduler.batch_size, kv_cache_tokens=scheduler.kv_cache_tokens)
     return model
+
+
+MAX_MEMORY_BYTES = 2**40  # the interview's bound on weights + KV cache on one device
+
+
+def check_memory(args: ModelArgs, config: InferenceConfig) -> None:
+    """Weights (counted on the meta device: nothing allocated) plus the KV cache the config
+    asks for must fit the interview's bound; checked before the model is built."""
+    element = torch.empty((), dtype=getattr(torch, config.model_config.dtype)).element_size()
+    with torch.device("meta"):
+        shapes = Transformer(args, ops.load("portable"))
+    weights = sum(p.numel() for p in shapes.parameters()) * element
+    per_position = 2 * args.num_hidden_layers * args.num_key_value_heads * args.head_dim * element
+    scheduler = config.scheduler_config
+    positions = scheduler.batch_size * (args.max_seq_len + 1)
+    sized_by = f"scheduler_config.batch_size {scheduler.batch_size:,} x max_seq_len"
+    total = weights + positions * per_position
+    if total > MAX_MEMORY_BYTES:
+        raise ConfigError(
+            f"weights {weights / 2**30:,.1f} GiB + KV cache {positions * per_position / 2**30:,.1f}"
+            f" GiB ({sized_by}) exceed the {MAX_MEMORY_BYTES / 2**30:,.0f} GiB one device holds"
+        )
+
+
+def check_budget(
+    config: InferenceConfig,
+    tokens_per_row: int,
+    batch_sizes: list[int] | None = None,
+    what: str = f"{PROMPT_KEY} + {NEW_TOKENS_KEY}",
+) -> None:
+    """The KV budget must hold every row's worst case (`tokens_per_row` positions) at
+    scheduler_config.batch_size (and each of `batch_sizes`): checked when the config is
+    read, before anything is built. ConfigError names the YAML key to change."""
+    scheduler = config.scheduler_config
+    del tokens_per_row, batch_sizes, what  # a contiguous row owns max_seq_len positions
+    if scheduler.kv_cache_tokens is not None:
+        raise ConfigError(
+            "scheduler_config.kv_cache_tokens sets a paged KV cache's budget; this package's "
+            "cache is contiguous (batch_size x max_seq_len positions): remove the key"
+        )
 
 
 def cache_len(model: Transformer) -> int:
@@ -171,7 +212,7 @@ def _positive_int(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = _Parser(description=__doc__.splitlines()[0])
+    parser = _Parser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--config", required=True, help="YAML inference config")
     parser.add_argument(
         "--steps", type=_positive_int, help="decode steps (default: max_new_tokens)"
@@ -264,6 +305,8 @@ def _main(args: argparse.Namespace) -> int:
     else:
         steps, steps_key = config.scheduler_config.max_new_tokens, NEW_TOKENS_KEY
     check_fits(prompt_len, steps, model_args.max_seq_len, prompt_key, steps_key)
+    check_budget(config, prompt_len + steps, what=f"{prompt_key} + {steps_key}")
+    check_memory(model_args, config)
 
     set_task_queue_env(model_config)
     device = torch.device("npu" if ops.npu_available() else "cpu")
@@ -279,6 +322,7 @@ def _main(args: argparse.Namespace) -> int:
             dtype=model_config.dtype,
             device=device,
             batch_size=config.scheduler_config.batch_size,
+            kv_cache_tokens=config.scheduler_config.kv_cache_tokens,
         )
     else:  # random weights; the architecture from config.json when model_path is set
         model = build_model(model_args, config, device)

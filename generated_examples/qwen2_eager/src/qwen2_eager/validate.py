@@ -48,7 +48,14 @@ from .cache_starts import WARMUP_MARK, cache_problem, warm_start_figures
 from .generation import generate
 from .graph import PORTABLE_BACKENDS, compile_decode, graph_break_count, graph_count
 from .inference_config import InferenceConfig, InputError, check_fits, load_config
-from .runner import _Parser, _positive_int, build_model, cache_len
+from .runner import (
+    _Parser,
+    _positive_int,
+    build_model,
+    cache_len,
+    check_budget,
+    check_memory,
+)
 from .weights import load_pretrained, model_args_from_hf
 
 # max relative error of the compiled logits against eager: the recipes' bf16 bound
@@ -115,9 +122,50 @@ class Report:
         return "\n".join(lines) + "\n"
 
     def write(self, out: Path) -> None:
+        """report.json and report.md into `out` (checked first: check_report_dir). Each is
+        written to a new file beside it, then renamed over the name: a link there is
+        replaced, never followed, and a failure leaves no half-written report."""
+        check_report_dir(out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "report.json").write_text(json.dumps(self.as_dict(), indent=2) + "\n")
-        (out / "report.md").write_text(self.markdown())
+        for name, text in (
+            ("report.json", json.dumps(self.as_dict(), indent=2) + "\n"),
+            ("report.md", self.markdown()),
+        ):
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=out)
+            try:
+                with os.fdopen(fd, "w") as file:
+                    file.write(text)
+                os.replace(tmp, out / name)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+
+
+REPORT_FILES = ("report.json", "report.md")
+
+
+def check_report_dir(out: Path) -> None:
+    """Refuse, before anything runs, a report location that cannot take the reports:
+    InputError naming the path (a file where the directory should be, a path under a file,
+    a directory that cannot be written, a report name that is a link or not a file)."""
+    existing = out
+    while not existing.exists() and not existing.is_symlink():
+        existing = existing.parent
+    if existing != out and not existing.is_dir():
+        raise InputError(f"report directory {out}: {existing} is not a directory")
+    if existing == out:
+        if not out.is_dir():
+            raise InputError(f"report directory {out} exists and is not a directory")
+        for name in REPORT_FILES:
+            path = out / name
+            if path.is_symlink():
+                raise InputError(
+                    f"{path} is a symbolic link: a report is never written through one"
+                )
+            if path.exists() and not path.is_file():
+                raise InputError(f"{path} exists and is not a regular file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"report directory {out}: {existing} is not writable")
 
 
 def _cell(value) -> str:
@@ -258,6 +306,8 @@ def load_model(config: InferenceConfig, device: torch.device, batch: int | None 
     """The runner's choice: the checkpoint with with_ckpt, else random weights (with the
     checkpoint's architecture when model_path is set)."""
     model_config = config.model_config
+    args = model_args_from_hf(model_config.model_path) if model_config.model_path else ModelArgs()
+    check_memory(args, config)  # before anything is allocated
     if model_config.with_ckpt:
         return load_pretrained(
             model_config.model_path,
@@ -265,8 +315,8 @@ def load_model(config: InferenceConfig, device: torch.device, batch: int | None 
             dtype=model_config.dtype,
             device=device,
             batch_size=batch or config.scheduler_config.batch_size,
+            kv_cache_tokens=config.scheduler_config.kv_cache_tokens,
         )
-    args = model_args_from_hf(model_config.model_path) if model_config.model_path else ModelArgs()
     return build_model(args, config, device)
 
 
@@ -323,6 +373,8 @@ def validate(
                 tensor_lengths=tensor_lengths,
                 keep_logits=True,
             )
+        except InputError:  # lengths or the KV budget: the config's problem, not the graph's
+            raise
         except Exception as exc:  # a graph break under fullgraph, the recompile limit ...
             error = first_line(exc)
     if error is not None:
@@ -388,8 +440,9 @@ def performance_check(
 ) -> Check:
     figures, notes, status = {}, [], PASS
     tensor_lengths = config.model_config.tensor_lengths
+    budget = model.kv_cache_tokens  # the budget the model was built with, at every batch
     for batch in batch_sizes:
-        model.setup_caches(batch)
+        model.setup_caches(batch, kv_cache_tokens=budget)
         prompts = random_prompts(batch, prompt_len, model.args.vocab_size, 1)
         before = graph_count()
         decode = decode_factory(model, config.model_config, portable_backend)
@@ -409,7 +462,7 @@ def performance_check(
         if graph_count() != graphs:
             status = FAIL
             notes.append(f"batch {batch}: decode recompiled during the timed pass")
-    model.setup_caches(config.scheduler_config.batch_size)
+    model.setup_caches(config.scheduler_config.batch_size, kv_cache_tokens=budget)
     notes.append(f"prompt {prompt_len} tokens, {steps} decode steps, host wall time, synchronised")
     return Check("performance", status, figures, notes)
 
@@ -469,7 +522,7 @@ def _batch_sizes(text: str) -> list[int]:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = _Parser(description=__doc__.splitlines()[0])
+    parser = _Parser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--config", required=True, help="YAML inference config")
     parser.add_argument("--out", help="report directory (default: output_path, else ./output)")
     parser.add_argument("--steps", type=_positive_int, help="decode steps (default: 16)")
@@ -494,6 +547,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.output_path:
             model_config = dataclasses.replace(config.model_config, output_path=args.output_path)
             config = dataclasses.replace(config, model_config=model_config)
+        out = Path(args.out or config.model_config.output_path or "output")
+        if not args.warmup_only:
+            check_report_dir(out)  # before the run, not after it
         device = torch.device("npu" if ops.npu_available() else "cpu")
         if args.warmup_only:
             print(f"{WARMUP_MARK}{warmup_seconds(config, device, args.portable_backend):.6f}")
@@ -503,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
             config.data_config.input_truncated_len, cache_len(model) - 1
         )
         steps = args.steps or max(1, min(16, cache_len(model) - prompt_len))
+        # the KV budget is the config's: a refusal is bad input (exit 2), not a compile failure
+        check_budget(config, prompt_len + steps, args.batch_sizes, "prompt_len + steps")
         report = validate(
             model,
             config,
@@ -516,8 +574,11 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(str(exc).split()) or type(exc).__name__
         print(f"error: {message}", file=sys.stderr)
         return 2
-    out = Path(args.out or config.model_config.output_path or "output")
-    report.write(out)
+    try:
+        report.write(out)
+    except (InputError, OSError) as exc:
+        print(f"error: cannot write the report into {out}: {exc}", file=sys.stderr)
+        return 2
     for check in report.checks:
         print(f"{check.name}: {check.status}" + (f" ({check.notes[0]})" if check.notes else ""))
     print(f"report: {out / 'report.md'}, {out / 'report.json'}")

@@ -5,9 +5,31 @@ the decode graph; a seeded CPU generator makes a run reproducible on any device.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from .inference_config import DataConfig
+from .inference_config import MAX_SEED, MAX_TOP_K, DataConfig, InputError
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_sampling(temperature, top_k, top_p, seed) -> None:
+    """The sampler's values, as data_config's rules have them: InputError, one line each."""
+    if not _number(temperature) or temperature < 0:
+        raise InputError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if not _integer(top_k) or not 0 <= top_k <= MAX_TOP_K:
+        raise InputError(f"top_k must be an integer in [0, {MAX_TOP_K:,}], got {top_k!r}")
+    if not _number(top_p) or not 0 <= top_p <= 1:
+        raise InputError(f"top_p must be a number in [0, 1], got {top_p!r}")
+    if seed is not None and (not _integer(seed) or not 0 <= seed <= MAX_SEED):
+        raise InputError(f"seed must be None or an integer in [0, 2**63 - 1], got {seed!r}")
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
@@ -19,6 +41,7 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
 
 class TokenSampler:
     def __init__(self, temperature: float, top_k: int, top_p: float, seed: int | None):
+        check_sampling(temperature, top_k, top_p, seed)
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.generator = torch.Generator()
         if seed is None:

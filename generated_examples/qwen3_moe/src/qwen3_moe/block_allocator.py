@@ -19,12 +19,18 @@ from .inference_config import InputError
 
 NULL_BLOCK = 0
 BLOCK_SIZE = 128
-KV_CACHE_TOKENS = 16384  # the rendered budget, all rows together
+KV_CACHE_TOKENS = 16384  # the rendered budget; the YAML's scheduler_config sets it
+BUDGET_KEY = "scheduler_config.kv_cache_tokens"
 
 
 def pool_blocks(kv_cache_tokens: int, block_size: int) -> int:
     """Blocks for a token budget, the null block included."""
     return math.ceil(kv_cache_tokens / block_size) + 1
+
+
+def request_blocks(tokens_per_row: list[int], block_size: int = BLOCK_SIZE) -> int:
+    """Blocks a request needs at most: each row's positions, in whole blocks."""
+    return sum(math.ceil(tokens / block_size) for tokens in tokens_per_row)
 
 
 class CacheBudgetError(InputError):
@@ -71,16 +77,36 @@ class BlockAllocator:
             )
         missing = needed - len(blocks)
         if missing > len(self._free):
+            held = self.num_blocks - 1 - len(self._free) - len(blocks)
             raise CacheBudgetError(
                 f"row {row}: {num_tokens} tokens need {missing} more KV block(s) of "
-                f"{self.block_size}, the budget has {len(self._free)} free of "
-                f"{self.num_blocks - 1}; raise kv_cache_tokens or shorten the batch"
+                f"{self.block_size}; of the budget's {self.num_blocks - 1}, {len(self._free)} "
+                f"are free, {len(blocks)} held by this row and {held} by the other rows "
+                f"(raise {BUDGET_KEY} in the YAML, or shorten the batch)"
             )
         if missing <= 0:
             return
         new = [self._free.pop() for _ in range(missing)]
         self.block_table[row, len(blocks) : needed] = torch.tensor(new, dtype=torch.int32)
         blocks.extend(new)
+
+    def check_request(self, tokens_per_row: list[int]) -> None:
+        """Refuse, before anything is written, a request whose worst case (each row's
+        positions, in whole blocks) does not fit the blocks free now."""
+        need = request_blocks(tokens_per_row, self.block_size)
+        if need > len(self._free):
+            rows = ", ".join(str(math.ceil(t / self.block_size)) for t in tokens_per_row)
+            held = self.num_blocks - 1 - len(self._free)
+            raise CacheBudgetError(
+                f"this request needs up to {need} KV blocks of {self.block_size} (per row: "
+                f"{rows}); the budget has {self.num_blocks - 1}, {len(self._free)} free"
+                + (f" and {held} held by rows of this batch" if held else "")
+                + f" (raise {BUDGET_KEY} in the YAML, or shorten the batch)"
+            )
+
+    def release_all(self) -> None:
+        for row in range(len(self._rows)):
+            self.release(row)
 
     def release(self, row: int) -> None:
         """Return the row's blocks to the pool; its table row points at the null block."""

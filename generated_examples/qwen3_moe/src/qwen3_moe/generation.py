@@ -12,6 +12,9 @@ stopping, host-side sampling; the compiled decode keeps one shape throughout.
 - A row stops at one of `eos_token_ids` or after its `max_new_tokens`. A finished row keeps
   being fed the last (token, position) it was fed, so it rewrites its own last cache slot
   and nothing past it; batch size and shapes never change, so nothing recompiles.
+- A paged cache gets the whole request's worst case checked before the prefill
+  (`start_request`), gives a finished row's blocks back at once (`release_row`) and every
+  row's at the end of the call, so nothing is held from one call to the next.
 - The next token is chosen on the host (sampling.TokenSampler); no random op enters the
   decode graph.
 """
@@ -94,6 +97,59 @@ def prefill_rows(model, prompts: Sequence[Sequence[int]], max_seq_len: int) -> t
     return torch.cat(rows, dim=0)
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_ids(ids, name: str) -> set[int]:
+    if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
+        raise InputError(f"{name} must be a set of token ids, got {ids!r}")
+    ids = list(ids)
+    bad = next((i for i in ids if not _is_int(i)), None)
+    if bad is not None:
+        raise InputError(f"{name} must hold integer token ids, got {bad!r}")
+    return set(ids)
+
+
+def _check_prompts(prompts, rows: int, vocab_size: int) -> list[list[int]]:
+    """One list of in-vocabulary integer ids per cache row (an id past the vocabulary is an
+    IndexError on CPU and reads another row's weights on an NPU)."""
+    if isinstance(prompts, str | bytes | torch.Tensor) or not isinstance(prompts, Sequence):
+        raise InputError(f"prompts must be a list of token-id lists, got {type(prompts).__name__}")
+    if len(prompts) != rows:
+        raise InputError(f"{len(prompts)} prompts for a KV cache of {rows} rows")
+    out = []
+    for row, prompt in enumerate(prompts):
+        if isinstance(prompt, str | bytes) or not isinstance(prompt, Sequence):
+            raise InputError(f"prompt {row} must be a list of token ids, got {prompt!r:.60}")
+        if not prompt:
+            raise InputError("every prompt needs at least one token")
+        bad = next((t for t in prompt if not _is_int(t) or not 0 <= t < vocab_size), None)
+        if bad is not None:
+            raise InputError(
+                f"prompt {row}: token id {bad!r} is not an integer in [0, {vocab_size}) "
+                "(the vocabulary)"
+            )
+        out.append(list(prompt))
+    return out
+
+
+def _check_budgets(max_new_tokens, rows: int) -> list[int]:
+    if _is_int(max_new_tokens):
+        budgets = [max_new_tokens] * rows
+    elif isinstance(max_new_tokens, Sequence) and not isinstance(max_new_tokens, str | bytes):
+        budgets = list(max_new_tokens)
+    else:
+        raise InputError(
+            f"max_new_tokens must be an integer or one per row, got {max_new_tokens!r}"
+        )
+    if len(budgets) != rows or not all(_is_int(b) and b >= 1 for b in budgets):
+        raise InputError(
+            f"max_new_tokens must be an integer >= 1 for each of the {rows} rows: {budgets}"
+        )
+    return budgets
+
+
 @torch.inference_mode()
 def generate(
     model,
@@ -115,22 +171,34 @@ def generate(
     the call: tests use it to watch the writes.
     """
     rows, max_seq_len = cache_shape(model)
-    if len(prompts) != rows:
-        raise InputError(f"{len(prompts)} prompts for a KV cache of {rows} rows")
-    budgets = [max_new_tokens] * rows if isinstance(max_new_tokens, int) else list(max_new_tokens)
-    if len(budgets) != rows or min(budgets) < 1:
-        raise InputError(f"max_new_tokens must be >= 1 for each of the {rows} rows: {budgets}")
+    prompts = _check_prompts(prompts, rows, model.args.vocab_size)
+    budgets = _check_budgets(max_new_tokens, rows)
+    eos_token_ids = _check_ids(eos_token_ids, "eos_token_ids")
+    if not callable(sampler):
+        raise InputError(f"sampler must be callable (logits -> tokens), got {sampler!r}")
     lengths = [len(p) for p in prompts]
-    if min(lengths) < 1:
-        raise InputError("every prompt needs at least one token")
     for row, (n, budget) in enumerate(zip(lengths, budgets, strict=True)):
         if n + budget - 1 > max_seq_len:
             raise CacheOverflowError(
                 f"row {row}: prompt {n} + max_new_tokens {budget} - 1 = {n + budget - 1} "
                 f"positions, the KV cache holds {max_seq_len}"
             )
+    model.start_request([n + budget - 1 for n, budget in zip(lengths, budgets, strict=True)])
+    try:
+        return _generate(
+            model, decode, prompts, budgets, set(eos_token_ids), sampler, tensor_lengths,
+            keep_logits, on_step, max_seq_len,
+        )  # fmt: skip
+    finally:
+        for row in range(rows):
+            model.release_row(row)
+
+
+def _generate(
+    model, decode, prompts, budgets, eos, sampler, tensor_lengths, keep_logits, on_step, max_seq_len
+) -> Generation:
+    rows, lengths = len(prompts), [len(p) for p in prompts]
     device = model.embed_tokens.weight.device
-    eos = set(eos_token_ids)
 
     _sync(device)
     start = time.perf_counter()
@@ -145,6 +213,8 @@ def generate(
         prefill_ms=prefill_ms,
     )
     done = [hit or budget == 1 for hit, budget in zip(result.stopped_on_eos, budgets, strict=True)]
+    for row in (r for r in range(rows) if done[r]):
+        model.release_row(row)
     # what each row was last fed: its prompt's last token at the last prompt position
     fed = [(p[-1], n - 1) for p, n in zip(prompts, lengths, strict=True)]
     next_pos = list(lengths)
@@ -177,4 +247,6 @@ def generate(
                 result.stopped_on_eos[row] = done[row] = True
             elif len(result.tokens[row]) >= budgets[row]:
                 done[row] = True
+            if done[row]:
+                model.release_row(row)
     return result

@@ -304,8 +304,9 @@ def moe_layer_indices(
 
 
 def parse_layer_list(text: str) -> tuple[int, ...]:
-    """The interview's "0, 3" (comma-separated layer indices; empty: none) as a tuple."""
-    return tuple(int(item) for item in text.replace(" ", "").split(",") if item)
+    """The interview's "0, 3" or "0 3" (layer indices separated by commas or spaces; empty:
+    none) as a tuple; copier.yml's validator has refused anything else."""
+    return tuple(int(item) for item in text.replace(",", " ").split())
 
 
 def _moe(

@@ -61,13 +61,15 @@ class Transformer(nn.Module):
         self,
         batch_size: int,
         max_seq_len: int | None = None,
-        kv_cache_tokens: int = KV_CACHE_TOKENS,
+        kv_cache_tokens: int | None = None,
         block_size: int = BLOCK_SIZE,
     ) -> None:
         """Allocate one pool of KV blocks for a budget of `kv_cache_tokens` (all rows
-        together) and every layer's paged cache in it, once, on the weights' device and
-        dtype; rows take blocks as they grow (block_allocator.py)."""
+        together; None: the rendered KV_CACHE_TOKENS) and every layer's paged cache in it,
+        once, on the weights' device and dtype; rows take blocks as they grow
+        (block_allocator.py)."""
         max_seq_len = max_seq_len or self.args.max_seq_len
+        kv_cache_tokens = kv_cache_tokens or KV_CACHE_TOKENS
         weight = self.embed_tokens.weight
         self.block_allocator = BlockAllocator(
             batch_size,
@@ -92,6 +94,22 @@ class Transformer(nn.Module):
         and fill the slot_mapping (an inactive row, finished or padding, writes the null
         block). Raises CacheBudgetError when the pool is exhausted."""
         self.block_allocator.decode_slots(kv_len, active or [True] * len(kv_len))
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        """The token budget the block pool was allocated for (whole blocks, null excluded)."""
+        return (self.block_allocator.num_blocks - 1) * self.block_allocator.block_size
+
+    def start_request(self, tokens_per_row: list[int]) -> None:
+        """Before a new request's prefill: every row's blocks go back to the pool, and the
+        request's worst case (`tokens_per_row` cache positions each) must fit the budget,
+        else CacheBudgetError before anything runs."""
+        self.block_allocator.release_all()
+        self.block_allocator.check_request(tokens_per_row)
+
+    def release_row(self, row: int) -> None:
+        """A finished row's blocks go back to the pool (it writes the null block from now)."""
+        self.block_allocator.release(row)
 
     def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """Logits of the last position of each row: (batch, 1, vocab)."""

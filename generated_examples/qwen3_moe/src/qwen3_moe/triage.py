@@ -27,7 +27,7 @@ from . import ops
 from .generation import generate
 from .graph import PORTABLE_BACKENDS, compile_decode, graph_break_count, graph_count
 from .inference_config import InferenceConfig, InputError, ModelConfig, load_config
-from .runner import _Parser, _positive_int, cache_len
+from .runner import _Parser, _positive_int, cache_len, check_budget
 from .validate import (
     MAX_REL_ERROR,
     MIN_COSINE,
@@ -144,6 +144,8 @@ def run_stage(
             )
             result.figures = compare(graph.logits, eager)
             result.figures["recompiles_after_warmup"] = graph_count() - warm
+        except InputError:  # lengths or the KV budget: the config's problem, not a stage's
+            raise
         except Exception as exc:
             result.error = first_line(exc)
             warm_reasons = 0
@@ -212,7 +214,7 @@ def triage(
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = _Parser(description=__doc__.splitlines()[0])
+    parser = _Parser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--config", required=True, help="YAML inference config")
     parser.add_argument("--steps", type=_positive_int, default=8, help="decode steps (8)")
     parser.add_argument("--prompt-len", type=_positive_int, help="default: input_truncated_len")
@@ -231,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if prompt_len < 1:
             raise InputError(f"--steps {args.steps} leave no room for a prompt in the cache")
+        check_budget(config, prompt_len + args.steps, what="the prompt + --steps")
         results = triage(
             model,
             config,

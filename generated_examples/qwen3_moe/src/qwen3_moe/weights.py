@@ -233,6 +233,7 @@ def load_pretrained(
     dtype: torch.dtype | str = torch.float32,
     device: torch.device | str = "cpu",
     batch_size: int = 1,
+    kv_cache_tokens: int | None = None,
     max_seq_len: int | None = None,
 ) -> Transformer:
     """Build the model from a checkpoint's config.json, load its weights, allocate caches.
@@ -261,7 +262,7 @@ def load_pretrained(
     model.rotary.reset_tables(device)  # non-persistent: still on the meta device
     model.to(device=device, dtype=dtype)  # the tables in `dtype`, as runner.build_model has them
     model.eval()
-    model.setup_caches(batch_size)
+    model.setup_caches(batch_size, kv_cache_tokens=kv_cache_tokens)
     on_meta = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
     if on_meta:
         raise RuntimeError(
