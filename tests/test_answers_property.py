@@ -4,8 +4,8 @@ nothing. No third outcome."""
 
 import importlib
 import math
-from importlib.util import find_spec
 import sys
+from importlib.util import find_spec
 
 import pytest
 import yaml
