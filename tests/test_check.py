@@ -39,9 +39,13 @@ def found(*paths: Path) -> set[tuple[str, int, str]]:
 
 
 def expected(path: Path) -> set[tuple[str, int, str]]:
+    """(file, line, rule) for every rule an `# expect: GM00x [GM00y ...]` comment names."""
     lines = path.read_text().splitlines()
     return {
-        (path.name, i, m.group(1)) for i, line in enumerate(lines, 1) if (m := EXPECT.search(line))
+        (path.name, i, rule)
+        for i, line in enumerate(lines, 1)
+        if (m := EXPECT.search(line))
+        for rule in re.findall(r"GM\d{3}", line[m.start() :])
     }
 
 
@@ -77,6 +81,30 @@ def test_positive_fixture(rule):
 @pytest.mark.parametrize("rule", sorted(RULES))
 def test_negative_fixture(rule):
     assert found(FIXTURES / f"{rule.lower()}_neg.py") == set()
+
+
+def test_host_values_the_issue_listed_are_found():
+    """int()/float()/bool() of a tensor, np.asarray, print, a branch on a tensor row, a
+    tensor-valued slice bound, and a module-level helper called from forward; not int() of
+    a shape or of an unannotated list parameter's element."""
+    path = FIXTURES / "host_values_pos.py"
+    assert found(path) == expected(path)
+
+
+def test_eval_mode_dropout_is_not_a_capture_failure():
+    """nn.Dropout modules and F.dropout(..., training=self.training / module.training) are
+    identity in eval mode: 1,939 of 2,064 GM004 hits over transformers' models were these."""
+    src = (
+        "import torch.nn.functional as F\n"
+        "from torch import nn\n"
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        self.drop = nn.Dropout(0.1)\n"
+        "    def forward(self, x):\n"
+        "        x = self.drop(F.dropout(x, 0.1, training=self.training))\n"
+        "        return F.dropout(x, 0.1)\n"
+    )
+    assert hazards_of(src) == [(8, "GM004")]  # the one whose training defaults to True
 
 
 # -- focused heuristics ---------------------------------------------------------------------------
@@ -317,8 +345,8 @@ def rule_counts(path: Path) -> Counter:
 @pytest.mark.parametrize("name", ["llama", "qwen2"])
 def test_transformers_dense_models(name):
     counts = rule_counts(transformers_model(name))
-    # eager_attention_forward applies nn.functional.dropout (identity in eval, still a random op)
-    assert counts["GM004"] >= 1
+    # eager_attention_forward's dropout follows module.training: identity in eval, no hazard
+    assert counts["GM004"] == 0, counts
     # Modern HF code: Cache objects (no torch.cat in the model file), no compile calls,
     # no host syncs, position_ids computed only as an `if position_ids is None` fallback.
     for rule in ("GM001", "GM002", "GM007", "GM008", "GM009", "GM010"):
@@ -331,7 +359,7 @@ def test_transformers_mixtral_moe():
     counts = rule_counts(path)
     # expert dispatch: `.nonzero()` over the expert hit mask and torch.where(expert_mask[i])
     assert counts["GM005"] >= 2
-    assert counts["GM004"] >= 1
+    assert counts["GM004"] == 0, counts  # its jitter noise is under `if self.training`
     for rule in ("GM001", "GM008", "GM009", "GM010"):
         assert counts[rule] == 0, (rule, counts)
     doc = render(check_paths([path]), "markdown")

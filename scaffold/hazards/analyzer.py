@@ -43,6 +43,13 @@ DROPOUT_FUNCS = {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropou
 DROPOUT_FUNCS |= {"feature_alpha_dropout", "gumbel_softmax"}
 DROPOUT_MODULES = {"Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout"}
 DROPOUT_MODULES |= {"FeatureAlphaDropout"}
+HOST_BUILTINS = {"int", "float", "bool", "complex"}  # of a tensor: its value on the host
+NUMPY_CONVERSIONS = {"numpy.asarray", "numpy.array", "numpy.asanyarray", "numpy.ascontiguousarray"}
+# Parameter names that hold tensors in transformers-style forward signatures (unannotated)
+TENSOR_NAMES = {"input_ids", "position_ids", "attention_mask", "hidden_states", "cache_position"}
+TENSOR_NAMES |= {"inputs_embeds", "token_type_ids", "encoder_hidden_states", "pixel_values"}
+# Attributes of a tensor that are host values, not tensor values
+HOST_ATTRIBUTES = {"shape", "ndim", "dtype", "device", "is_cuda", "requires_grad", "layout"}
 SHAPE_FUNCS = {"nonzero", "argwhere", "masked_select", "unique", "unique_consecutive", "bincount"}
 CAT_FUNCS = {"torch.cat", "torch.concat", "torch.concatenate"}
 REALLOC_METHODS = {"clone", "to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor"}
@@ -90,6 +97,7 @@ class _Frame:
     forward: bool
     excluded: bool
     lists: set[str] = field(default_factory=set)
+    tensors: set[str] = field(default_factory=set)  # names known to hold tensors
 
 
 class AnalysisError(ValueError):
@@ -120,6 +128,20 @@ def _none_test_name(test: ast.AST) -> str | None:
     ):
         return test.left.id
     return None
+
+
+def _is_tensor_annotation(ann: ast.AST | None) -> bool:
+    return ann is not None and any(n.endswith("Tensor") for n in identifiers(ann))
+
+
+def _training_flag(node: ast.AST | None) -> bool:
+    """A dropout's `training` argument that is off at inference: False, `self.training`,
+    `module.training`, ... (nn.Module.eval() sets it)."""
+    if isinstance(node, ast.Constant):
+        return node.value is False
+    if isinstance(node, ast.Name):  # passed down: dropout_add(x, ..., training=self.training)
+        return node.id in ("training", "train", "is_training")
+    return isinstance(node, ast.Attribute) and node.attr == "training"
 
 
 def _is_list_annotation(ann: ast.AST | None) -> bool:
@@ -256,8 +278,40 @@ class _Visitor:
         head, _, last = name.rpartition(".")
         return last in names and head in ("torch", "torch.nn.functional", "torch.Tensor")
 
+    def tensorish(self, node: ast.AST) -> bool:
+        """A tensor value, as far as the source says: a name known to hold a tensor (a
+        Tensor-annotated or well-known parameter, a torch call's result, a loop over a
+        tensor) or an element/slice/method result of one, or a reducing call; not its
+        shape, dtype or device."""
+        if not self.frames:
+            return False
+        if isinstance(node, ast.Name):
+            return node.id in self.frames[-1].tensors
+        if isinstance(node, ast.Subscript):
+            return self.tensorish(node.value)
+        if isinstance(node, ast.Attribute):
+            return (
+                node.attr not in HOST_ATTRIBUTES
+                and node.attr != "training"
+                and (self.tensorish(node.value))
+            )
+        if isinstance(node, ast.Call):
+            func = node.func
+            if self.is_method(func, HOST_METHODS):
+                return False  # already on the host (GM002 flags the copy itself)
+            if self.is_method(func, VALUE_METHODS) or self.torch_func(func, TORCH_VALUE):
+                return True
+            if isinstance(func, ast.Attribute) and func.attr not in ("size", "dim", "numel"):
+                return self.tensorish(func.value) and func.attr not in HOST_METHODS
+            return False
+        if isinstance(node, ast.BinOp):
+            return self.tensorish(node.left) or self.tensorish(node.right)
+        if isinstance(node, ast.UnaryOp):
+            return self.tensorish(node.operand)
+        return False
+
     def check_test(self, test: ast.AST, what: str) -> None:
-        if not self.in_forward:
+        if not self.in_forward or self.training:  # under `if self.training`: not inference
             return
         for sub in ast.walk(test):
             if isinstance(sub, ast.Call) and (
@@ -265,6 +319,18 @@ class _Visitor:
             ):
                 called = code(sub.func)
                 self.add("GM003", test, f"{what} depends on a tensor value ({called}(...))")
+                return
+        for sub in ast.walk(test):
+            operands = []
+            if isinstance(sub, ast.Compare) and not all(
+                isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in sub.ops
+            ):
+                operands = [sub.left, *sub.comparators]
+            elif sub is test or (isinstance(test, ast.BoolOp) and sub in test.values):
+                operands = [sub] if isinstance(sub, (ast.Name, ast.Subscript)) else []
+            if any(self.tensorish(o) for o in operands):
+                shown = code(next(o for o in operands if self.tensorish(o)))
+                self.add("GM003", test, f"{what} depends on a tensor value (`{shown}`)")
                 return
 
     # -- scopes ------------------------------------------------------------------------------
@@ -289,6 +355,12 @@ class _Visitor:
         frame = _Frame(qual, forward, excluded)
         all_args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
         frame.lists = {a.arg for a in all_args if _is_list_annotation(a.annotation)}
+        frame.tensors = {
+            a.arg
+            for a in all_args
+            if _is_tensor_annotation(a.annotation)
+            or (a.annotation is None and a.arg in TENSOR_NAMES)
+        }
         self.frames.append(frame)
         saved = self.classes
         self.classes = []
@@ -342,6 +414,8 @@ class _Visitor:
         names = {t.id for t in targets if isinstance(t, ast.Name)}
         if self.frames and self._listish(value):
             self.frames[-1].lists |= names
+        if self.frames and self._tensor_value(value):
+            self.frames[-1].tensors |= names
         if self.in_forward and isinstance(value, ast.Call):
             for target in targets:
                 if is_self_attr(target) and self._allocates(value):
@@ -360,6 +434,22 @@ class _Visitor:
         self.fallback_assign -= fallback
 
     visit_AnnAssign = visit_Assign
+
+    def _tensor_value(self, value: ast.AST) -> bool:
+        """An assignment's value that is a tensor: a torch.* call (not torch.Size, dtypes),
+        or a tensor-valued expression (see tensorish)."""
+        if isinstance(value, ast.Call):
+            name = self.name_of(value.func)
+            if name.startswith(("torch.", "torch_npu.")) and name.split(".")[1] not in (
+                "Size", "device", "dtype", "finfo", "iinfo", "compile", "jit", "cuda", "npu"
+            ):  # fmt: skip
+                return True
+        return self.tensorish(value)
+
+    def visit_For(self, node: ast.For) -> Iterator[ast.AST]:
+        if self.frames and self.tensorish(node.iter) and isinstance(node.target, ast.Name):
+            self.frames[-1].tensors.add(node.target.id)  # a row of a tensor
+        yield from self.generic_visit(node)
 
     def _allocates(self, value: ast.Call) -> bool:
         name = self.name_of(value.func)
@@ -386,6 +476,21 @@ class _Visitor:
                 node,
                 f"boolean-mask indexing `{code(node)}` has a data-dependent shape",
             )
+        elif self.in_forward:
+            parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            bounds = [
+                b
+                for part in parts
+                if isinstance(part, ast.Slice)
+                for b in (part.lower, part.upper, part.step)
+                if b is not None
+            ]
+            bound = next((b for b in bounds if self.tensorish(b)), None)
+            if bound is not None:
+                self.add(
+                    "GM005", node, f"slice bound `{code(bound)}` is a tensor value: the shape "
+                    "depends on it"
+                )  # fmt: skip
         yield from self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> Iterator[ast.AST]:
@@ -397,8 +502,6 @@ class _Visitor:
         name = self.name_of(func)
         self._compile_rules(node, name)
         self._fa_lengths(node, name)
-        if name.rpartition(".")[2] in DROPOUT_MODULES and name.startswith("torch.nn"):
-            self.add("GM004", node, f"`{code(func)}` module: dropout is a random op at capture")
         if name in CAT_FUNCS and self._cache_scope():
             self._kv_cat(node)
         if not self.in_forward:
@@ -406,6 +509,15 @@ class _Visitor:
         if self.is_method(func, HOST_METHODS) or self._to_cpu(node):
             shown = code(node) if func.attr == "to" else f"{code(func)}()"
             self.add("GM002", node, f"`{shown}` copies a tensor value to the host")
+        if isinstance(func, ast.Name) and func.id in HOST_BUILTINS and func.id not in self.aliases:
+            if node.args and self.tensorish(node.args[0]):
+                shown = f"{func.id}({code(node.args[0])})"
+                self.add("GM002", node, f"`{shown}` copies a tensor value to the host")
+        if name in NUMPY_CONVERSIONS and node.args and self.tensorish(node.args[0]):
+            self.add("GM002", node, f"`{code(func)}(...)` of a tensor copies it to the host")
+        if isinstance(func, ast.Name) and func.id == "print" and "print" not in self.aliases:
+            self.add("GM002", node, "`print(...)` in forward breaks the graph (and copies any "
+                     "tensor it prints to the host)")  # fmt: skip
         if self.is_method(func, SYNC_METHODS):
             self.add("GM009", node, f"`{code(func)}()` synchronises a stream/device in forward")
         if is_self_attr(func) and func.attr in ("register_buffer", "register_parameter"):
@@ -434,8 +546,14 @@ class _Visitor:
         if self.training:
             return
         if self.torch_func(node.func, DROPOUT_FUNCS):
-            training = next((k.value for k in node.keywords if k.arg == "training"), None)
-            if isinstance(training, ast.Constant) and training.value is False:
+            # F.dropout(input, p, training, ...) / torch.dropout(input, p, train): off in eval
+            # mode when `training` follows the module (self.training) or is False
+            training = next(
+                (k.value for k in node.keywords if k.arg in ("training", "train")), None
+            )
+            if training is None and len(node.args) >= 3:
+                training = node.args[2]
+            if _training_flag(training):
                 return
             self.add("GM004", node, f"`{code(node.func)}(...)` in the inference forward")
         elif self.torch_func(node.func, RANDOM_FUNCS) or (

@@ -98,7 +98,8 @@ def forward_functions(tree: ast.Module) -> set[ast.AST]:
     """Function nodes analysed as forward scope.
 
     Forward-named functions, plus methods of the same class reached from them through
-    ``self.method(...)`` calls (transitively), except ``__init__`` and prefill-named methods.
+    ``self.method(...)`` calls (transitively), except ``__init__`` and prefill-named methods,
+    plus module-level functions they call by name (transitively).
     Nested functions and lambdas inherit the scope of their enclosing function.
     """
     funcs = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -120,4 +121,15 @@ def forward_functions(tree: ast.Module) -> set[ast.AST]:
                     seen.add(target)
                     todo.append(target)
         scope.update(seen)
+    # module-level helpers called by name from forward scope (transitively): their body runs
+    # in the graph too (a helper doing bincount().tolist() breaks it as surely)
+    helpers = {n.name: n for n in tree.body if isinstance(n, funcs) and not excluded_name(n.name)}
+    todo = list(scope)
+    while todo:
+        for sub in ast.walk(todo.pop()):
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name):
+                target = helpers.get(sub.func.id)
+                if target is not None and target not in scope:
+                    scope.add(target)
+                    todo.append(target)
     return scope

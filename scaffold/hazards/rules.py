@@ -49,7 +49,9 @@ _RULES = (
         ".item()/.tolist()/.cpu()/.numpy()/.to('cpu') force a device-to-host copy: dynamo "
         "breaks the graph and aclgraph capture cannot record it.",
         "Keep the value as a tensor, or compute it outside the graph and pass it in as an input.",
-        "Calls of .item(), .tolist(), .cpu(), .numpy(), .to('cpu') in forward scope.",
+        "Calls of .item(), .tolist(), .cpu(), .numpy(), .to('cpu'); int()/float()/bool() of a "
+        "tensor value; numpy.asarray/array of one; print(...) (a graph break itself). Forward "
+        "scope, which includes module-level helpers forward calls by name.",
     ),
     Rule(
         "GM003",
@@ -63,7 +65,9 @@ _RULES = (
         "Heuristic: the test calls a reducing tensor method (.any .all .sum .max .min .mean .item "
         ".norm .argmax ...) or torch.any/all/equal/allclose/isnan/eq/gt/...; tests such as "
         "'x is None', 'self.config.flag', shape checks and builtins any()/all()/max() are not "
-        "flagged. Forward scope only.",
+        "flagged. Also a comparison or truth test of a known tensor (a Tensor-annotated or "
+        "well-known parameter such as input_ids, a torch call's result, a row of a loop over a "
+        "tensor: `if row[0] > 0`). Forward scope only, not under 'if self.training'.",
     ),
     Rule(
         "GM004",
@@ -75,8 +79,9 @@ _RULES = (
         "Remove it from the inference forward (dropout is identity at inference), or pass a "
         "precomputed tensor in as an input.",
         "torch random functions, in-place random tensor methods and F.dropout in forward scope "
-        "(except code under 'if self.training'); F.dropout with training=False is ignored; "
-        "nn.Dropout modules are flagged where they are constructed.",
+        "(except code under 'if self.training'). Dropout that is off in eval mode is not "
+        "flagged: nn.Dropout modules, F.dropout(..., training=self.training / module.training / "
+        "training / False); F.dropout with training left at its default (True) is.",
     ),
     Rule(
         "GM005",
@@ -89,7 +94,8 @@ _RULES = (
         "nonzero_static, fixed-size top-k) so that every output shape is static.",
         "torch.nonzero/argwhere/masked_select/unique/unique_consecutive/bincount and their tensor "
         "methods, torch.where(cond) with one argument, x[mask] reads where the index is a "
-        "comparison, ~x, a & / | of those, or a name ending in 'mask'. Forward scope only.",
+        "comparison, ~x, a & / | of those, or a name ending in 'mask'; a slice bound that is a "
+        "tensor value (x[:, : t.argmax()]). Forward scope only.",
     ),
     Rule(
         "GM006",
