@@ -124,10 +124,16 @@ def new_model(
     try:
         given = _read_data_file(data_file)
         given.update({name: value for name, value in flags.items() if value is not None})
+        hf, ignored = {}, []
         if from_hf_config:
             hf = answers_from_hf_config(from_hf_config, derive_name="model_name" not in given)
-            given = {**hf, **given}
-        spec = validate(collect_answers(given, defaults, ask=prompter))
+        spec = validate(collect_answers(given, defaults, ask=prompter, derived=hf, ignored=ignored))
+        if ignored:
+            typer.echo(
+                f"note: the config's {', '.join(ignored)} do not apply to your answers and are "
+                "not used",
+                err=True,
+            )
         target = (dest or Path(spec.model_name)).absolute()
         start = time.perf_counter()
         check_destination(target, force)

@@ -36,18 +36,32 @@ def _checked(answers: dict[str, Any], question: Question, derived: bool, check: 
 
 
 def collect_answers(
-    given: dict[str, Any], defaults: bool, ask: Ask | None = None, check: bool = True
+    given: dict[str, Any],
+    defaults: bool,
+    ask: Ask | None = None,
+    check: bool = True,
+    derived: dict[str, Any] | None = None,
+    ignored: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Every asked question in copier.yml order: the given answer first, else the (rendered)
-    default when `defaults` or no `ask`, else `ask`. A bad given answer or default raises
-    UserError (unless not `check`: for tests that feed invalid answers to copier itself); a
-    bad interactive answer is reported and asked again."""
+    """Every asked question in copier.yml order: the given answer first, then one `derived`
+    from a Hugging Face config, else the (rendered) default when `defaults` or no `ask`,
+    else `ask`. A bad given answer or default raises UserError (unless not `check`: for
+    tests that feed invalid answers to copier itself); a bad interactive answer is reported
+    and asked again. A given answer to a question that does not apply is an error; a
+    derived one is dropped (the user's override made it inapplicable), its name appended
+    to `ignored`."""
+    derived = {k: v for k, v in (derived or {}).items() if k not in given}
+    given = {**derived, **given}
     answers: dict[str, Any] = {}
     for question in load_questions():
         if not question.asked:  # computed: later validators may read it
             answers[question.name] = question.default_for(answers)
         elif not question.applies(answers):
-            if question.name in given:
+            if question.name in derived:
+                if ignored is not None:
+                    ignored.append(question.name)
+                del given[question.name]
+            elif question.name in given:
                 raise UserError(
                     f"{question.name} applies only when {question.when_in_words(answers)}; "
                     "leave it out"

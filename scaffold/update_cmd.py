@@ -44,12 +44,52 @@ def _answer_new_questions(package: Package, pending: list[NewQuestion], ref: str
         for new in pending:
             known = {**package.answers, **data}
             if new.applies(known):
-                data[new.name] = ask(new.question, new.default_for(known))
+                data[new.name] = _ask_valid(new, known)
     except typer.Abort:
         raise UserError(
             f"no answer for new question(s) {names}; answer them or pass --defaults"
         ) from None
     return data
+
+
+def _ask_valid(new: NewQuestion, known: dict[str, Any]) -> Any:
+    """Ask until the new question's copier.yml validator accepts the answer, as `new model`
+    does: a refusal at the end of the update would leave nothing applied and nothing said
+    until then."""
+    while True:
+        value = ask(new.question, new.default_for(known))
+        message = new.question.problem({**known, new.name: value})
+        if not message:
+            return value
+        typer.echo(f"  {message}", err=True)
+
+
+def _changed_answers(package: Package, changes: list[str], data: dict) -> dict[str, Any]:
+    """`--set KEY=VALUE` answers, refused (exit 2) unless the whole answer set they make is
+    valid: the question must exist, the value have its type, and every rule hold, with the
+    questions the change makes apply (a switch to family moe: the expert sizes) at their
+    defaults. Returns the changed answers and the defaults they bring in."""
+    if not changes:
+        return {}
+    from .interview import collect_answers
+    from .questions import asked_questions, question
+    from .spec import validate
+
+    known = {q.name for q in asked_questions()}
+    given: dict[str, Any] = {}
+    for change in changes:
+        key, sep, value = change.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(f"--set takes KEY=VALUE, got {change!r}")
+        if key not in known:
+            raise UserError(f"--set {key}: no such question (questions: see copier.yml)")
+        given[key] = question(key).coerce(value)
+    answers = {k: v for k, v in {**package.answers, **data}.items() if k in known}
+    answers = {k: v for k, v in answers.items() if k not in given}
+    spec = validate(collect_answers(given, defaults=True, derived=answers, ignored=[]))
+    new = spec.copier_data()
+    return {k: v for k, v in new.items() if k in given or k not in package.answers}
 
 
 def update(
@@ -64,6 +104,15 @@ def update(
         str | None,
         typer.Option(
             "--vcs-ref", help="Template tag or commit to update to (default: newest release)."
+        ),
+    ] = None,
+    changes: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            "-d",
+            help="Change a recorded answer, KEY=VALUE (repeatable), e.g. --set kv_cache=paged; "
+            "checked with every other answer first, as `new model` checks them.",
         ),
     ] = None,
     trust: Annotated[
@@ -98,14 +147,18 @@ def update(
         package = prepare_update(dest)  # read_package + require_clean_git, once
         if vcs_ref is None:
             check = check_package(package, prereleases)  # one git ls-remote
-            if not check.update_available:
+            if not check.update_available and not changes:
                 typer.echo(f"{dest} is up to date (template {package.commit})")
                 raise typer.Exit(0)
-            target, pending = check.latest, list(check.pending)
+            if check.update_available:
+                target, pending = check.latest, list(check.pending)
+            else:  # only --set: the same template, the changed answers
+                target, pending = package.commit, []
         else:
             require_ref(package, vcs_ref)
             target, pending = vcs_ref, new_questions(package, vcs_ref)
         data = {} if defaults else _answer_new_questions(package, pending, target)
+        data.update(_changed_answers(package, changes or [], data))
         result = run_update(
             package, data=data, vcs_ref=target, trust=trust, prereleases=prereleases
         )

@@ -302,3 +302,25 @@ def test_a_paged_budget_that_cannot_hold_its_own_yaml_is_refused(cli, tmp_path):
     assert "cannot hold the rendered YAML's batch" in line and "at least 1024 tokens" in line
     result = cli("new", "model", "--defaults", *paged, "--kv-cache-tokens", "1024", tmp_path / "ok")
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    ("override", "ignored"),
+    [
+        (("--family", "dense"), "num_experts, num_experts_per_tok"),
+        (("--shared-expert-intermediate-size", "0"), "shared_expert_gate"),
+    ],
+)
+def test_an_override_that_makes_config_answers_inapplicable_is_taken(
+    cli, tmp_path, override, ignored
+):
+    """The user's flag wins over the checkpoint's config, whose answers that no longer apply
+    are dropped with a note; the refusal used to blame an answer the user never gave."""
+    ckpt = hf_config(
+        tmp_path, model_type="qwen2_moe", num_key_value_heads=2, num_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=64,
+    )  # fmt: skip
+    result = cli("new", "model", "--defaults", "--from-hf-config", ckpt, *override, tmp_path / "p")
+    assert result.exit_code == 0, result.output
+    assert f"note: the config's {ignored}" in result.stderr
+    assert "applies only when" not in result.output

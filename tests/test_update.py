@@ -609,3 +609,64 @@ def test_update_from_a_template_checkout_with_uncommitted_changes_is_refused(lea
     result = invoke("update", pkg, "--defaults")  # committed (here: reverted): it updates
     assert result.exit_code == 0, result.output
     assert answers(pkg)["_commit"] == "v2.0.0"
+
+
+def test_check_update_offers_no_downgrade_to_a_package_past_the_newest_release(lean):
+    """A package recorded at a bare commit after the newest release tag is up to date: the
+    tag would be a downgrade, which update refuses (check-update used to offer it)."""
+    tpl, pkg, invoke = lean
+    (tpl / "NOTES.md").write_text("after the release\n")
+    git(tpl, "add", "NOTES.md")
+    git(tpl, "commit", "-qm", "after v2.0.0")
+    head = git(tpl, "rev-parse", "HEAD").strip()
+    try:
+        text = (pkg / ANSWERS).read_text()
+        (pkg / ANSWERS).write_text(text.replace("_commit: v1.0.0", f"_commit: {head}"))
+        git(pkg, "commit", "-qam", "recorded at a bare commit")
+        result = invoke("check-update", pkg)
+        assert result.exit_code == 0, result.output
+        assert "is up to date" in result.stdout
+    finally:
+        git(tpl, "reset", "-q", "--hard", "v2.0.0")
+
+
+def test_new_questions_asked_by_update_get_their_validators(monkeypatch, capsys):
+    """A bad answer to a new question is refused on the spot and asked again (as `new model`
+    does), not accepted and then refused when the update has run."""
+    from scaffold.questions import question
+    from scaffold.update.new_questions import NewQuestion
+    from scaffold.update_cmd import _ask_valid
+
+    answers = iter([0, 5000, 8])
+    monkeypatch.setattr("scaffold.update_cmd.ask", lambda q, default: next(answers))
+    assert _ask_valid(NewQuestion(question("batch_size")), {}) == 8
+    err = capsys.readouterr().err
+    assert "batch_size must be >= 1, got 0" in err and "batch_size must be <= 4,096" in err
+
+
+def test_update_switches_the_kv_cache_and_refuses_a_bad_change(lean):
+    """--set changes a recorded answer (as copier's --data does), checked with every other
+    answer first; the questions it makes apply take their defaults."""
+    _tpl, pkg, invoke = lean
+    for args, message in [
+        (("--set", "kv_cache=pages"), "kv_cache must be one of contiguous, paged"),
+        (("--set", "nope=1"), "--set nope: no such question"),
+        (("--set", "family"), "--set takes KEY=VALUE"),
+        (("--set", "family=moe", "--set", "num_experts=1"), "num_experts must be >= 2"),
+    ]:
+        result = invoke("update", pkg, "--defaults", *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert message in one_line(result.stderr), (args, result.stderr)
+        assert status(pkg) == set()
+    result = invoke("update", pkg, "--defaults", "--set", "kv_cache=paged")
+    assert result.exit_code == 0, result.output
+    recorded = answers(pkg)
+    assert recorded["kv_cache"] == "paged" and recorded["block_size"] == 128
+    assert (pkg / "src" / PKG / "block_allocator.py").is_file()
+    # already on the newest release: --set alone re-renders the same template
+    git(pkg, "add", "-A")
+    git(pkg, "commit", "-qm", "paged")
+    result = invoke("update", pkg, "--defaults", "--set", "kv_cache=contiguous")
+    assert result.exit_code == 0, result.output
+    assert answers(pkg)["kv_cache"] == "contiguous"
+    assert not (pkg / "src" / PKG / "block_allocator.py").exists()

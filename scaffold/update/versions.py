@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,10 +78,29 @@ def check_package(package: Package, prereleases: bool = False) -> UpdateCheck:
     else:
         current_v, latest_v = _version_of(package.commit), _version_of(tag)
         available = current_v is None or latest_v > current_v
+        if available and current_v is None and _contains(package, tag):
+            available = False  # a bare commit already past the newest release: no downgrade
         latest = tag
     pending = tuple(new_questions(package, latest)) if available else ()
     asked = tuple(q.name for q in asked_among(package.answers, pending))
     return UpdateCheck(package.commit, latest, available, asked, pending)
+
+
+def _contains(package: Package, tag: str) -> bool:
+    """Whether the package's `_commit` (a bare commit id, no version in it) already holds
+    release `tag` in a local template repository: updating "to" the tag would go back."""
+    if package.is_url:
+        return False
+    repo = Path(package.src_path).expanduser()
+    if not (has_commit(repo, tag) and has_commit(repo, package.commit)):
+        return False
+    ancestor = subprocess.run(
+        ["git", "merge-base", "--is-ancestor", tag, package.commit],
+        cwd=repo,
+        capture_output=True,
+        check=False,
+    )
+    return ancestor.returncode == 0
 
 
 def check_update(dest: Path, prereleases: bool = False) -> UpdateCheck:

@@ -182,3 +182,18 @@ def test_weights_and_kv_cache_beyond_one_device_are_refused_before_allocating():
     with pytest.raises(InputError, match=f"KV cache .* GiB \\({sized_by}.*exceed the 1,024 GiB"):
         check_memory(args, config)
     check_memory(TINY, InferenceConfig())  # the tiny model fits
+
+
+def test_max_new_tokens_counts_new_tokens_as_generate_does():
+    """scheduler_config.max_new_tokens N: N new tokens per row (the prefill's, then N - 1
+    decode steps), as generate(max_new_tokens=N) gives; it used to run N steps, N + 1 tokens."""
+    from qwen3_moe.runner import decode_steps
+
+    model = tiny_model(batch=1)
+    config = InferenceConfig()
+    config.scheduler_config.max_new_tokens = 5
+    report = run(model, config, prompt_len=4, steps=decode_steps(config))
+    assert [len(tokens) for tokens in report.tokens] == [5]
+    config.scheduler_config.max_new_tokens = 1
+    with pytest.raises(InputError, match="at least 2 new tokens"):
+        decode_steps(config)

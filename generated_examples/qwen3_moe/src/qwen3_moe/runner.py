@@ -129,6 +129,18 @@ def check_budget(
             )
 
 
+def decode_steps(config: InferenceConfig) -> int:
+    """Decode steps for scheduler_config.max_new_tokens new tokens: the prefill picks the
+    first, each step one more (as generation.generate counts them)."""
+    new_tokens = config.scheduler_config.max_new_tokens
+    if new_tokens < 2:
+        raise ConfigError(
+            f"{NEW_TOKENS_KEY} ({new_tokens}): the runner times decode, which needs at least 2 "
+            "new tokens (the prefill's and one decode step's)"
+        )
+    return new_tokens - 1
+
+
 def cache_len(model: Transformer) -> int:
     """Positions the KV cache (and RoPE table) hold: host ints from shapes, no device sync."""
     return cache_shape(model)[1]
@@ -308,7 +320,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.steps is not None:
         steps, steps_key = args.steps, "--steps"
     else:
-        steps, steps_key = config.scheduler_config.max_new_tokens, NEW_TOKENS_KEY
+        steps, steps_key = decode_steps(config), f"{NEW_TOKENS_KEY} - 1"
     check_fits(prompt_len, steps, model_args.max_seq_len, prompt_key, steps_key)
     check_budget(config, prompt_len + steps, what=f"{prompt_key} + {steps_key}")
     check_memory(model_args, config)
