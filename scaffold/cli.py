@@ -50,12 +50,21 @@ def main(
     """Render Ascend NPU graph-mode-ready LLM model packages."""
 
 
+MAX_DATA_FILE_BYTES = 1 << 20  # answers are a few hundred bytes
+
+
 def _read_data_file(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
+        if path.exists() and not path.is_file():  # a FIFO or a device would never end
+            raise UserError(f"answers file {path} is not a regular file")
+        if path.stat().st_size > MAX_DATA_FILE_BYTES:
+            raise UserError(f"answers file {path} is larger than {MAX_DATA_FILE_BYTES:,} bytes")
         text = path.read_bytes().decode("utf-8")
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise UserError(f"answers file {path} is nested too deeply") from None
     except OSError as exc:
         raise UserError(f"cannot read answers file {path}: {exc.strerror}") from None
     except UnicodeDecodeError:

@@ -324,3 +324,23 @@ def test_an_override_that_makes_config_answers_inapplicable_is_taken(
     assert result.exit_code == 0, result.output
     assert f"note: the config's {ignored}" in result.stderr
     assert "applies only when" not in result.output
+
+
+@pytest.mark.parametrize("kind", ["fifo", "deep", "huge"])
+def test_an_answers_file_that_cannot_be_one_is_refused_without_hanging(cli, tmp_path, kind):
+    import os
+
+    path = tmp_path / "answers.yml"
+    if kind == "fifo":
+        os.mkfifo(path)
+        message = "is not a regular file"
+    elif kind == "deep":
+        path.write_text("model_name: " + "[" * 5000 + "]" * 5000 + "\n")
+        message = "nested too deeply"
+    else:
+        with path.open("wb") as file:
+            file.truncate(1 << 30)
+        message = "is larger than"
+    work = tmp_path / "work"  # beside the input: tree_state would read the FIFO forever
+    work.mkdir()
+    assert message in refused(cli, work, "--data-file", path)

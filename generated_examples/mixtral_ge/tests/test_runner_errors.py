@@ -182,3 +182,24 @@ def test_max_new_tokens_counts_new_tokens_as_generate_does():
     config.scheduler_config.max_new_tokens = 1
     with pytest.raises(InputError, match="at least 2 new tokens"):
         decode_steps(config)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "deep", "huge"])
+def test_a_config_that_cannot_be_one_exits_2_without_hanging(capsys, tmp_path, kind):
+    """A FIFO or device would be read forever, a file nested thousands deep overflows the
+    parser's recursion, a huge one exhausts memory: each is one line, exit 2."""
+    import os
+
+    path = tmp_path / "config.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)
+        message = "is not a regular file"
+    elif kind == "deep":
+        path.write_text("model_config: " + "[" * 5000 + "]" * 5000 + "\n")
+        message = "nested too deeply"
+    else:
+        with path.open("wb") as file:
+            file.truncate(1 << 30)  # sparse: no disk used
+        message = "is larger than"
+    assert main(["--config", str(path)]) == 2
+    assert message in one_error_line(capsys.readouterr().err)

@@ -275,8 +275,15 @@ def _section(cls, name: str, raw: dict):
     return cls(**values)
 
 
+MAX_CONFIG_BYTES = 1 << 24  # a config is a few kilobytes: refuse what cannot be one
+
+
 def _read_yaml(path: Path):
     try:
+        if path.exists() and not path.is_file():  # a FIFO or a device would never end
+            raise ConfigError(f"config file {path} is not a regular file")
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {path} is larger than {MAX_CONFIG_BYTES:,} bytes")
         text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
@@ -285,6 +292,8 @@ def _read_yaml(path: Path):
         raise ConfigError(f"cannot read config file {path}: {reason}") from None
     try:
         return yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a config") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -320,7 +320,8 @@ def _main(args: argparse.Namespace) -> int:
     if args.steps is not None:
         steps, steps_key = args.steps, "--steps"
     else:
-        steps, steps_key = decode_steps(config), f"{NEW_TOKENS_KEY} - 1"
+        steps = decode_steps(config)
+        steps_key = f"{NEW_TOKENS_KEY} ({steps + 1}) - 1"
     check_fits(prompt_len, steps, model_args.max_seq_len, prompt_key, steps_key)
     check_budget(config, prompt_len + steps, what=f"{prompt_key} + {steps_key}")
     check_memory(model_args, config)
