@@ -70,13 +70,24 @@ def make_checkpoint(path: Path):
     return model
 
 
+def runtime_modules(name: str, modules: tuple[str, ...]) -> dict:
+    """The rendered package's spec ("spec") and, by their former package-module names, the
+    ascend_runtime modules it runs on (inference_config is ascend_runtime.config)."""
+    out = {"spec": importlib.import_module(name).MODEL}
+    for module in modules:
+        runtime = "config" if module == "inference_config" else module
+        out[module] = importlib.import_module(f"ascend_runtime.{runtime}")
+    return out
+
+
 def load_package(ckpt: Path, dest: Path, name: str = NAME):
     given = answers_from_hf_config(ckpt)
     given.update(model_name=name)  # rendered for the device (bf16); run here in fp32
     render(validate(collect_answers(given, defaults=True)), dest)
     sys.path.insert(0, str(dest / "src"))
-    mods = ("graph", "inference_config", "metadata", "ops", "sampling", "weights")
-    return {m: importlib.import_module(f"{name}.{m}") for m in mods}
+    return runtime_modules(
+        name, ("graph", "inference_config", "metadata", "ops", "sampling", "weights")
+    )
 
 
 # --------------------------------------------------------------------------- package
@@ -323,7 +334,7 @@ def bench_batch(args, pkg, hf, ckpt, batch):
     torch.manual_seed(batch)
     prompt = torch.randint(0, CONFIG["vocab_size"], (batch, args.prompt_len))
     model = pkg["weights"].load_pretrained(
-        ckpt, pkg["ops"].load("portable"), dtype=torch.float32, batch_size=batch
+        pkg["spec"], ckpt, pkg["ops"].load("portable"), dtype=torch.float32, batch_size=batch
     )
     config = pkg["inference_config"].ModelConfig(
         exe_mode="npugraph_ex", fa_interface="torch_npu", enable_dynamic_graph=True

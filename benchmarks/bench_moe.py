@@ -59,7 +59,7 @@ def bench_batch(args, pkg, hf, ckpt, batch):
     torch.manual_seed(batch)
     prompt = torch.randint(0, CONFIG["vocab_size"], (batch, args.prompt_len))
     model = pkg["weights"].load_pretrained(
-        ckpt, pkg["ops"].load("portable"), dtype=torch.float32, batch_size=batch
+        pkg["spec"], ckpt, pkg["ops"].load("portable"), dtype=torch.float32, batch_size=batch
     )
     config = pkg["inference_config"].ModelConfig(
         exe_mode="npugraph_ex", fa_interface="torch_npu", enable_dynamic_graph=True

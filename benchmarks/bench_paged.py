@@ -14,7 +14,6 @@ this run only.
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import statistics
 import sys
@@ -22,6 +21,9 @@ import tempfile
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_decode import runtime_modules  # noqa: E402
 
 from scaffold.interview import collect_answers
 from scaffold.render import render
@@ -46,8 +48,7 @@ def load_package(dest: Path, max_seq_len: int, batch: int):
     answers = {**ANSWERS, "max_seq_len": max_seq_len, "batch_size": batch}
     render(validate(collect_answers(answers, defaults=True)), dest)
     sys.path.insert(0, str(dest / "src"))
-    mods = ("generation", "graph", "inference_config", "kv_cache", "modeling", "ops")
-    return {m: importlib.import_module(f"{NAME}.{m}") for m in mods}
+    return runtime_modules(NAME, ("generation", "graph", "inference_config", "kv_cache", "ops"))
 
 
 def cache_bytes(model) -> int:
@@ -92,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         block = ANSWERS["block_size"]
         needed = sum(math.ceil((n + new_tokens) / block) * block for n in lengths)
         torch.manual_seed(0)
-        args_ = pkg["modeling"].ModelArgs()
-        model = pkg["modeling"].Transformer(args_, pkg["ops"].load("portable")).eval()
+        args_ = pkg["spec"].args
+        model = pkg["spec"].model_class(args_, pkg["ops"].load("portable")).eval()
         generator = torch.Generator().manual_seed(1)
         prompts = [torch.randint(0, 32000, (n,), generator=generator).tolist() for n in lengths]
 

@@ -12,16 +12,16 @@ import typer
 import yaml
 
 from . import __version__
-from .check_cmd import check
 from .console import ask, fail
 from .errors import UserError
+from .hazards.cli import check
 from .interview import collect_answers, flag_of
-from .npu_emulate_cmd import npu_emulate
+from .npu_emulation.cli import npu_emulate
 from .questions import Question, asked_questions, user_owned_files
 from .render import check_destination
 from .template import template_root
 from .template_source import render_warnings
-from .update_cmd import check_update, update
+from .update.cli import check_update, update
 
 app = typer.Typer(
     help="Render Ascend NPU graph-mode-ready LLM model packages.",

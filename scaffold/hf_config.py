@@ -1,8 +1,8 @@
 """Interview answers from a Hugging Face `config.json` (`new model --from-hf-config PATH`).
 
-The config is read by the template's own reader, `src/{{ model_name }}/hf_config.py`: the
-file every rendered package carries (its weights.py builds ModelArgs with it), loaded here
-from the template, so the scaffold and the package accept and refuse the same configs.
+The config is read by the runtime's reader, `ascend_runtime.hf_config` (standard library
+only, so the scaffold imports it without torch), the one the rendered package's checkpoint
+loader uses: the scaffold and the package accept and refuse the same configs.
 Its HFConfigError becomes a UserError (one line, exit 2) before anything is written.
 Only the scaffold's own answers are decided here: `model_name` from the checkpoint
 directory, `dtype` and `max_seq_len`.
@@ -10,42 +10,17 @@ directory, `dtype` and `max_seq_len`.
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+from ascend_runtime import hf_config as reader
 
 from .errors import UserError
 from .questions import asked_questions
 from .spec import name_problem
-from .template import template_root
 
-READER = Path("templates/model/src/{{ model_name }}/hf_config.py")
 DTYPES = ("bfloat16", "float16")  # a float32 checkpoint runs in the default bfloat16 on the device
-
-
-def _load_reader() -> ModuleType:
-    """The template's hf_config.py as a module (stdlib only, so no package is needed)."""
-    name = "scaffold._template_hf_config"
-    if name in sys.modules:
-        return sys.modules[name]
-    file = template_root() / READER
-    spec = importlib.util.spec_from_file_location(name, file)
-    if spec is None or spec.loader is None or not file.is_file():  # a broken install
-        raise ImportError(f"the template's Hugging Face config reader is missing: {file}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the file runs
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
-
-
-reader = _load_reader()
 HFConfigError = reader.HFConfigError
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = reader.SUPPORTED_MODEL_TYPES
 

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ascend_runtime.hf_config import moe_layer_indices, parse_layer_list
+
 from .errors import UserError
 from .questions import asked_questions, load_questions, question, with_computed
 
@@ -123,10 +125,8 @@ def moe_layers(a: Mapping[str, Any]) -> tuple[int, ...]:
     """The MoE layers of family moe answers (none for dense): the template's own rule."""
     if a["family"] != "moe":
         return ()
-    from .hf_config import reader  # the template's stdlib module (it imports this one)
-
-    only = reader.parse_layer_list(a["mlp_only_layers"])
-    return reader.moe_layer_indices(a["num_hidden_layers"], a["decoder_sparse_step"], only)
+    only = parse_layer_list(a["mlp_only_layers"])
+    return moe_layer_indices(a["num_hidden_layers"], a["decoder_sparse_step"], only)
 
 
 def _swiglu(hidden: int, intermediate: int) -> int:
@@ -157,13 +157,13 @@ def parameter_count(a: Mapping[str, Any]) -> int:
 
 
 def paged_blocks(a: Mapping[str, Any]) -> int:
-    """Blocks of a paged cache's budget, the null block not included (block_allocator.py's
-    pool_blocks adds it)."""
+    """Blocks of a paged cache's budget, the null block not included
+    (ascend_runtime.block_allocator.pool_blocks adds it)."""
     return -(-a["kv_cache_tokens"] // a["block_size"])
 
 
 # The contiguous cache's spare position per row, past max_seq_len, that decode never writes
-# (the rendered kv_cache.py's SPARE_POSITIONS, which says why: it keeps the step that fills
+# (ascend_runtime.kv_cache.SPARE_POSITIONS, which says why: it keeps the step that fills
 # the cache from recompiling).
 CACHE_SPARE_POSITIONS = 1
 

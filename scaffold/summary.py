@@ -13,7 +13,7 @@ _MODES = {
 
 
 def npu_ops(spec: ModelSpec) -> list[str]:
-    """The NPU ops the rendered package calls (ops/npu.py), and what falls back."""
+    """The NPU ops the rendered package calls (ascend_runtime/ops/npu.py), and what falls back."""
     attention = "torchair.ops" if spec.fa_interface == "torchair" else "torch_npu"
     rotary = (
         "torch_npu.npu_apply_rotary_pos_emb"
@@ -33,7 +33,7 @@ def npu_ops(spec: ModelSpec) -> list[str]:
     return ops
 
 
-# The fused MoE chain of ops/npu.py (cann-recipes-infer's moe_infer_tp).
+# The fused MoE chain of ascend_runtime/ops/npu.py (cann-recipes-infer's moe_infer_tp).
 MOE_OPS = (
     "npu_moe_gating_top_k_softmax",
     "npu_moe_init_routing_v2",

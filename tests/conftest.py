@@ -95,3 +95,13 @@ def run_npu_code(
 def stub_root(tmp_path_factory) -> str:
     """Where the emulation's stand-in CANN libraries are built (once, then cached)."""
     return os.environ.get("ASCEND_SCAFFOLD_NPU_STUBS") or str(tmp_path_factory.mktemp("stubs"))
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    """tests/runtime_suite/suite_*.py (pyproject's python_files): once per example package
+    (runtime_suite/loader.py)."""
+    if module_path.parent.name == "runtime_suite":
+        from runtime_suite.loader import collect
+
+        return collect(module_path, parent)
+    return None

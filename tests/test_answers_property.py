@@ -5,7 +5,6 @@ nothing. No third outcome."""
 import importlib
 import math
 import sys
-from importlib.util import find_spec
 
 import pytest
 import yaml
@@ -103,13 +102,14 @@ def _run_package(dest, name: str, batch: int, max_seq_len: int) -> None:
     try:
         for module in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
             del sys.modules[module]
-        ops = importlib.import_module(f"{name}.ops")
+        ops = importlib.import_module("ascend_runtime.ops")
         architecture = importlib.import_module(f"{name}.architecture")
-        metadata = importlib.import_module(f"{name}.metadata")
+        metadata = importlib.import_module("ascend_runtime.metadata")
         modeling = importlib.import_module(f"{name}.modeling")
-        model = modeling.Transformer(architecture.ModelArgs(), ops.load("portable")).eval()
-        if find_spec(f"{name}.block_allocator"):  # paged: a budget for this run's rows
-            block = importlib.import_module(f"{name}.block_allocator").BLOCK_SIZE
+        args = architecture.ModelArgs()
+        model = modeling.Transformer(args, ops.load("portable")).eval()
+        if args.kv_cache == "paged":  # a budget for this run's rows
+            block = args.block_size
             model.setup_caches(batch, kv_cache_tokens=batch * -(-max_seq_len // block) * block)
         else:
             model.setup_caches(batch)

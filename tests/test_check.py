@@ -1,4 +1,4 @@
-"""Tests for `ascend-scaffold check` (scaffold/hazards, scaffold/check_cmd.py)."""
+"""Tests for `ascend-scaffold check` (scaffold/hazards, scaffold/hazards/cli.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from scaffold.check_cmd import check
 from scaffold.hazards import RULES, analyze_source, check_paths, render
+from scaffold.hazards.cli import check
 from scaffold.hazards.design import choose_mode
 from scaffold.hazards.rules import EFFECTS, resolve
 

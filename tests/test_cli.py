@@ -236,7 +236,7 @@ def test_non_empty_destination_needs_force(cli, tmp_path):
     result = cli("new", "model", "--defaults", "--force", dest)
     assert result.exit_code == 0, result.output
     assert (dest / "notes.txt").read_text() == "mine"
-    assert (dest / "src/llama_tiny/graph.py").is_file()
+    assert (dest / "src/llama_tiny/modeling.py").is_file()
 
 
 def test_destination_that_is_a_file(cli, tmp_path):

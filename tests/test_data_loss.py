@@ -30,13 +30,13 @@ def force(cli, dest, *flags):
 def test_symlinked_file_inside_dest_is_refused(cli, tmp_path, package):
     outside = tmp_path / "outside.py"
     outside.write_text("precious\n")
-    (package / PKG / "graph.py").unlink()
-    (package / PKG / "graph.py").symlink_to(outside)
+    (package / PKG / "modeling.py").unlink()
+    (package / PKG / "modeling.py").symlink_to(outside)
     before = tree_state(tmp_path)
     result = force(cli, package)
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
-        f"error: pkg/{PKG}/graph.py is a symbolic link; refusing to write through it "
+        f"error: pkg/{PKG}/modeling.py is a symbolic link; refusing to write through it "
         "(remove the link or render elsewhere)"
     ]
     assert outside.read_text() == "precious\n"
@@ -69,17 +69,14 @@ def test_dangling_symlink_inside_dest_is_refused(cli, tmp_path, package):
 
 def test_force_keeps_user_files_and_backs_up_edited_template_files(cli, package):
     config = package / "config/llama_tiny.yaml"
-    extensions = package / PKG / "extensions.py"
     modeling = package / PKG / "modeling.py"
     config.write_text(config.read_text() + "# my batch notes\n")
-    extensions.write_text(extensions.read_text() + "# my custom op\n")
     edited = modeling.read_text() + "# my fix\n"
     modeling.write_text(edited)
     result = force(cli, package)
     assert result.exit_code == 0, result.output
     assert config.read_text().endswith("# my batch notes\n")
-    assert extensions.read_text().endswith("# my custom op\n")
-    assert "kept your config/llama_tiny.yaml, src/llama_tiny/extensions.py" in result.stdout
+    assert "kept your config/llama_tiny.yaml" in result.stdout
     assert not modeling.read_text().endswith("# my fix\n")  # the template's version again
     backups = list((package / BACKUP_DIR).glob(f"*/{PKG}/modeling.py"))
     assert [b.read_text() for b in backups] == [edited]
@@ -111,8 +108,8 @@ def test_file_where_a_directory_is_needed_writes_nothing(cli, tmp_path):
 
 
 def test_failure_while_placing_rolls_everything_back(cli, tmp_path, package, monkeypatch):
+    (package / PKG / "weight_map.py").write_text("# edited\n")
     (package / PKG / "modeling.py").write_text("# edited\n")
-    (package / PKG / "graph.py").write_text("# edited\n")
     (package / "README.md").unlink()
     (package / "notes.txt").write_text("mine\n")
     before = tree_state(tmp_path)
@@ -133,8 +130,8 @@ def test_failure_while_placing_rolls_everything_back(cli, tmp_path, package, mon
 
 
 def test_ctrl_c_while_placing_rolls_back(cli, tmp_path, package, monkeypatch):
+    (package / PKG / "weight_map.py").write_text("# edited\n")
     (package / PKG / "modeling.py").write_text("# edited\n")
-    (package / PKG / "graph.py").write_text("# edited\n")
     before = tree_state(tmp_path)
     real_move, calls = shutil.move, []
 

@@ -19,12 +19,15 @@ from pathlib import Path
 
 import pytest
 
+from ascend_runtime import config as runtime_config
+from ascend_runtime import hf_config as runtime_hf_config
+from ascend_runtime import weights
+from ascend_runtime.args import FLAGS
 from scaffold.errors import UserError
-from scaffold.hf_config import READER, answers_from_hf_config, reader
+from scaffold.hf_config import answers_from_hf_config, reader
 from scaffold.interview import collect_answers
 from scaffold.render import render
 from scaffold.spec import validate
-from scaffold.template import template_root
 
 BASE = {
     "vocab_size": 1000,
@@ -600,31 +603,29 @@ def package_reads(path: Path, packages, expected: dict) -> dict:
     package = packages(
         expected["qk_norm"], expected["attention_bias"], expected["rope_scaling"], moe
     )
-    args = package.weights.model_args_from_hf(path)
-    architecture = package.hf_config.read_hf_config(path).architecture
+    args = weights.model_args_from_hf(package.MODEL, path)
+    architecture = reader.read_hf_config(path).architecture
     model_args = {f.name: getattr(args, f.name) for f in dataclasses.fields(args)}
     assert model_args.pop("max_seq_len") >= 1
+    for flag in (*FLAGS, "kv_cache", "block_size", "kv_cache_tokens", "shared_expert_gate"):
+        model_args.pop(flag, None)  # not sizes: the rendered variant and cache layout
     read = {
         k: v
         for k, v in architecture.items()
         if k not in ("family", "rope_scaling", "qk_norm", "attention_bias", "shared_expert_gate")
     }
     if "mlp_only_layers" in read:  # the interview's text, ModelArgs' tuple
-        read["mlp_only_layers"] = package.hf_config.parse_layer_list(read["mlp_only_layers"])
-    if not read.get("shared_expert_intermediate_size", 1):  # rendered only when present
-        del read["shared_expert_intermediate_size"]
+        read["mlp_only_layers"] = reader.parse_layer_list(read["mlp_only_layers"])
     assert model_args == read
-    assert architecture["rope_scaling"] == package.weights.ROPE_SCALING
+    assert architecture["rope_scaling"] == package.MODEL.args.rope_scaling
     return architecture
 
 
 def package_refusal(path: Path, packages) -> str:
     package = packages(False, False, "none", {})
-    with pytest.raises(package.weights.CheckpointError) as error:
-        package.weights.model_args_from_hf(path)
-    assert isinstance(
-        error.value, package.inference_config.InputError
-    )  # the runner: one line, exit 2
+    with pytest.raises(weights.CheckpointError) as error:
+        weights.model_args_from_hf(package.MODEL, path)
+    assert isinstance(error.value, runtime_config.InputError)  # the runner: one line, exit 2
     return str(error.value)
 
 
@@ -655,10 +656,7 @@ def packages(tmp_path_factory):
             }
             render(validate(collect_answers(answers, defaults=True)), root / name)
             sys.path.insert(0, str(root / name / "src"))
-            module = importlib.import_module(name)
-            for part in ("weights", "hf_config", "inference_config"):
-                setattr(module, part, importlib.import_module(f"{name}.{part}"))
-            made[key] = module
+            made[key] = importlib.import_module(name)
         return made[key]
 
     yield get
@@ -709,15 +707,16 @@ def test_both_sites_give_identical_messages(tmp_path, packages):
 # --- one file, stdlib only ------------------------------------------------------------
 
 
-def test_the_scaffold_runs_the_templates_reader_and_packages_carry_it(packages):
-    template_file = template_root() / READER
-    assert Path(reader.__file__) == template_file
+def test_the_scaffold_and_packages_use_the_runtimes_one_reader(packages):
+    """One reader: the scaffold imports the runtime's module, and no package carries a copy."""
+    assert reader is runtime_hf_config
     package = packages(False, False, "none", {})
-    assert Path(package.hf_config.__file__).read_bytes() == template_file.read_bytes()
+    root = Path(package.__file__).parent
+    assert not [p for p in root.rglob("*.py") if "read_hf_config" in p.read_text()]
 
 
 def test_the_reader_imports_only_the_standard_library():
-    tree = ast.parse((template_root() / READER).read_text())
+    tree = ast.parse(Path(runtime_hf_config.__file__).read_text())
     imported = {
         (node.module if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
         for node in ast.walk(tree)

@@ -463,7 +463,7 @@ def test_cli_npu_emulate_reports_env(stub_root, tmp_path):
     typer = pytest.importorskip("typer")
     from typer.testing import CliRunner
 
-    from scaffold.npu_emulate_cmd import npu_emulate
+    from scaffold.npu_emulation.cli import npu_emulate
 
     venv_dir = Path(NPU_PYTHON).parents[1]
     if not (venv_dir / "pyvenv.cfg").is_file():

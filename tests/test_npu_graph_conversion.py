@@ -6,10 +6,10 @@ a package is rendered and its decode, on the NPU ops, is handed to:
 * torchair's FX -> GE conversion with Tensor lengths (torchair's FIA, the ge_graph contract);
 * npugraph_ex's FX passes with host-list lengths (torch_npu's FIA, the npugraph_ex contract),
 
-through the package's own compile seam (``scaffold.npu_emulation.graph_conversion``). The graph
+through the runtime's compile seam (``scaffold.npu_emulation.graph_conversion``). The graph
 must build, hold the GE op types the variant needs (listed here from the answers, not from
-the template), and write each KV cache in place. Then mutations prove the tier: each must fail
-with a message naming the op.
+the template), and write each KV cache in place. Then mutations (of a copy of the runtime's
+ops/npu.py beside the package) prove the tier: each must fail with a message naming the op.
 
 Runs in the emulation interpreter (ASCEND_SCAFFOLD_NPU_PYTHON); skipped without it, failed
 instead where ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION=1 (CI).
@@ -115,15 +115,17 @@ import torch
 import scaffold.npu_emulation as npu_emulation
 
 JOBS = json.loads(sys.argv[1])
+BASE = list(sys.path)  # this checkout (PYTHONPATH) holds ascend_runtime for unmutated jobs
 results = {}
 for job in JOBS:
-    for name in [m for m in sys.modules if m == "conftest" or m.split(".")[0] == job["pkg"]]:
+    stale = ("conftest", "ascend_runtime", job["pkg"])
+    for name in [m for m in sys.modules if m.split(".")[0] in stale]:
         del sys.modules[name]
-    sys.path[:2] = [job["src"], job["tests"]]
+    sys.path[:] = [job["src"], job["tests"], *BASE]  # a mutant's src holds its own runtime
     importlib.invalidate_caches()
     conftest = importlib.import_module("conftest")
-    graph = importlib.import_module(job["pkg"] + ".graph")
-    meta = importlib.import_module(job["pkg"] + ".metadata")
+    graph = importlib.import_module("ascend_runtime.graph")
+    meta = importlib.import_module("ascend_runtime.metadata")
     out = {}
     for key, tensor_lengths, convert in (("ge", True, npu_emulation.ge_graph),
                                          ("npugraph_ex", False, npu_emulation.npugraph_ex_graph)):
@@ -255,8 +257,10 @@ def mutated(rendered, tmp_path_factory) -> dict:
     for mutation, (variant, old, new, _, _) in MUTATIONS.items():
         dest, pkg = rendered[variant]
         copy = root / mutation
-        shutil.copytree(dest, copy, ignore=shutil.ignore_patterns("__pycache__"))
-        npu = copy / "src" / pkg / "ops" / "npu.py"
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(dest, copy, ignore=ignore)
+        shutil.copytree(REPO / "ascend_runtime", copy / "src" / "ascend_runtime", ignore=ignore)
+        npu = copy / "src" / "ascend_runtime" / "ops" / "npu.py"
         text = npu.read_text()
         assert text.count(old) == 1, f"{mutation}: mutation target missing in ops/npu.py"
         npu.write_text(text.replace(old, new))

@@ -1,13 +1,14 @@
 """Mutation suite for the NPU emulation: each check proves itself by a mutation it catches.
 
 A package is rendered once (``new model --defaults``; or ``$ASCEND_SCAFFOLD_MUTATION_PACKAGE``,
-an already rendered package to test instead), copied once per mutation, and each copy gets one
-small deterministic text change a device run would reject. The checks run batched in the
-emulation interpreter (``ASCEND_SCAFFOLD_NPU_PYTHON``): one subprocess runs the static checks
-(``check_npu_calls``, ``check_compile_seam``: import only) over every copy, one the runtime
-mutations (a tiny bf16 / head_dim 64 model: eager prefill, then decode compiled as npugraph_ex
-and as ge_graph under aot_eager, against the portable ops). Every mutant must fail with a
-message naming its problem; the unmutated control must pass both.
+an already rendered package to test instead), copied once per mutation with this checkout's
+ascend_runtime beside it, and each copy gets one small deterministic text change (in the
+runtime's NPU ops, compile seam or step inputs) a device run would reject. The checks run
+batched in the emulation interpreter (``ASCEND_SCAFFOLD_NPU_PYTHON``): one subprocess runs the
+static checks (``check_npu_calls``, ``check_compile_seam``: import only) over every copy, one
+the runtime mutations (a tiny bf16 / head_dim 64 model: eager prefill, then decode compiled as
+npugraph_ex and as ge_graph under aot_eager, against the portable ops). Every mutant must fail
+with a message naming its problem; the unmutated control must pass both.
 
 Skipped without ASCEND_SCAFFOLD_NPU_PYTHON; a failure instead where
 ASCEND_SCAFFOLD_REQUIRE_NPU_EMULATION=1 (CI).
@@ -77,7 +78,7 @@ def uncontiguous_rotary(text: str) -> str:
 class Mutation:
     id: str
     what: str
-    path: str  # inside src/<package>/
+    path: str  # inside src/ of the copy: the package and ascend_runtime/ beside it
     apply: Callable[[str], str]
     kind: str  # "static" (schema / compile-seam check) or "runtime" (forward pass)
     expect: tuple[str, ...]  # fragments the failure message must contain
@@ -87,7 +88,7 @@ MUTATIONS = [
     Mutation(
         "a-aliased-keyword",
         "an attention keyword changed in the call through the local alias `fia`",
-        "ops/npu.py",
+        "ascend_runtime/ops/npu.py",
         replace_once(
             "actual_seq_lengths=actual_seq_lengths_q", "actual_seq_qlen=actual_seq_lengths_q"
         ),
@@ -101,7 +102,7 @@ MUTATIONS = [
     Mutation(
         "b-npugraph-ex-option",
         "an npugraph_ex option key misspelt",
-        "graph.py",
+        "ascend_runtime/graph.py",
         replace_once('"input_inplace_pass": True', '"input_inplace_passes": True'),
         "static",
         (
@@ -113,7 +114,7 @@ MUTATIONS = [
     Mutation(
         "c-compiler-config-attribute",
         "a torchair CompilerConfig attribute misspelt",
-        "graph.py",
+        "ascend_runtime/graph.py",
         replace_once(".tiling_schedule_optimize = True", ".tiling_schedule_optimise = True"),
         "static",
         ("ge_graph: compile_decode raised ValueError", "no option tiling_schedule_optimise"),
@@ -121,7 +122,7 @@ MUTATIONS = [
     Mutation(
         "d-torchair-cache-compile-keyword",
         "torchair.inference.cache_compile: cache_dir= misspelt cache_path=",
-        "graph.py",
+        "ascend_runtime/graph.py",
         regex_once(r"(torchair\.inference\.cache_compile\([^)]*?)cache_dir=", r"\1cache_path="),
         "static",
         ("ge_graph+cache_compile: torchair.inference.cache_compile(..., cache_path=...)",),
@@ -129,7 +130,7 @@ MUTATIONS = [
     Mutation(
         "d-npugraph-ex-cache-compile-keyword",
         "torch.npu.npugraph_ex.inference.cache_compile: cache_dir= misspelt cache_path=",
-        "graph.py",
+        "ascend_runtime/graph.py",
         regex_once(r"(npugraph_ex\.inference\.cache_compile\([^)]*?)cache_dir=", r"\1cache_path="),
         "static",
         ("npugraph_ex+cache_compile: npugraph_ex.inference.cache_compile(..., cache_path=...)",),
@@ -137,7 +138,7 @@ MUTATIONS = [
     Mutation(
         "e-layout-value",
         'input_layout="BNSD" -> "BNDS" (a value the device does not take)',
-        "ops/npu.py",
+        "ascend_runtime/ops/npu.py",
         replace_once('input_layout="BNSD"', 'input_layout="BNDS"'),
         "static",
         ("argument 'input_layout'='BNDS' is not accepted on A3",),
@@ -145,7 +146,7 @@ MUTATIONS = [
     Mutation(
         "e-layout-value-at-run-time",
         "the same, seen by the CPU kernel",
-        "ops/npu.py",
+        "ascend_runtime/ops/npu.py",
         replace_once('input_layout="BNSD"', 'input_layout="BNDS"'),
         "runtime",
         ("prefill: DeviceConstraintError", "input_layout 'BNDS' is not accepted"),
@@ -153,7 +154,7 @@ MUTATIONS = [
     Mutation(
         "f-non-contiguous-attention-input",
         "the .contiguous() on the attention query removed (BNSD is a transposed view)",
-        "ops/npu.py",
+        "ascend_runtime/ops/npu.py",
         replace_once("query.contiguous(),", "query,"),
         "runtime",
         ("prefill: DeviceConstraintError", "query is not contiguous", "strides"),
@@ -161,7 +162,7 @@ MUTATIONS = [
     Mutation(
         "g-rotary-fresh-tensors",
         "the fused rotary relied on to return new tensors (its inputs left strided views)",
-        "ops/npu.py",
+        "ascend_runtime/ops/npu.py",
         uncontiguous_rotary,
         "runtime",
         (
@@ -173,7 +174,7 @@ MUTATIONS = [
     Mutation(
         "h-torchair-attention-eager",
         "prefill given Tensor lengths: torchair's attention called outside a GE graph",
-        "metadata.py",
+        "ascend_runtime/metadata.py",
         regex_once(
             r"actual_seq_lengths_q=\[seq_len\] \* bsz,(\s*)"
             r"actual_seq_lengths_kv=\[seq_len\] \* bsz,",
@@ -205,7 +206,7 @@ PKG, JOBS = sys.argv[1], json.loads(sys.argv[2])
 
 
 def use(src):
-    for name in [m for m in sys.modules if m == PKG or m.startswith(PKG + ".")]:
+    for name in [m for m in sys.modules if m.split(".")[0] in (PKG, "ascend_runtime")]:
         del sys.modules[name]
     sys.path[:] = [src] + [p for p in sys.path if p not in SRCS]
     importlib.invalidate_caches()
@@ -226,8 +227,8 @@ from scaffold.npu_emulation import check_compile_seam, check_npu_calls
 for job in JOBS:
     use(job["src"])
     try:
-        schema = check_npu_calls(sorted((Path(job["src"]) / PKG).rglob("*.py")))
-        seam = check_compile_seam(importlib.import_module(PKG + ".graph"))
+        schema = check_npu_calls(sorted(Path(job["src"]).rglob("*.py")))
+        seam = check_compile_seam(importlib.import_module("ascend_runtime.graph"))
         results[job["id"]] = {"problems": schema + seam}
     except Exception as exc:
         results[job["id"]] = {"problems": ["driver: " + first_line(exc)],
@@ -253,16 +254,16 @@ def tiny(pkg, backend):
                 num_key_value_heads=1, head_dim=64, intermediate_size=256, max_seq_len=64)
     torch.manual_seed(0)
     model = Transformer(ModelArgs(**{k: v for k, v in args.items() if k in names}),
-                        import_module(PKG + ".ops").load(backend))
+                        import_module("ascend_runtime.ops").load(backend))
     model = model.to(torch.bfloat16).eval()
     model.setup_caches(2)
     return model
 
 
 def run(pkg, backend, mode, tensor_lengths, compiled):
-    meta = importlib.import_module(PKG + ".metadata")
-    graph = importlib.import_module(PKG + ".graph")
-    config_cls = importlib.import_module(PKG + ".inference_config").ModelConfig
+    meta = importlib.import_module("ascend_runtime.metadata")
+    graph = importlib.import_module("ascend_runtime.graph")
+    config_cls = importlib.import_module("ascend_runtime.config").ModelConfig
     model = tiny(pkg, backend)
     outs = []
     with torch.inference_mode():
@@ -369,14 +370,16 @@ def mutants(rendered, tmp_path_factory) -> dict[str, str]:
     for mutation in [None, *MUTATIONS]:
         label = CONTROL if mutation is None else mutation.id
         src = root / label / "src"
-        shutil.copytree(dest / "src", src, ignore=shutil.ignore_patterns("__pycache__"))
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(dest / "src", src, ignore=ignore)
+        shutil.copytree(REPO / "ascend_runtime", src / "ascend_runtime", ignore=ignore)
         out[label] = str(src)
         if mutation is not None:
-            target = src / name / mutation.path
+            target = src / mutation.path
             try:
                 text = mutation.apply(target.read_text())
             except (AssertionError, ValueError) as exc:
-                out[label] = f"not applied to src/{name}/{mutation.path}: {exc}"
+                out[label] = f"not applied to {mutation.path}: {exc}"
                 continue
             target.write_text(text)
     return out

@@ -351,7 +351,7 @@ def test_with_ckpt_needs_a_model_path(package, runner, tmp_path):
 
 def test_decode_step_past_the_cache_is_refused_on_the_host(package):
     _, runner_module = package
-    metadata = importlib.import_module(f"{PKG}.metadata")
+    metadata = importlib.import_module("ascend_runtime.metadata")
     tokens = torch.zeros(1, 1, dtype=torch.long)
     metadata.decode_inputs(tokens, [MAX_SEQ_LEN - 1], False, MAX_SEQ_LEN)  # the last slot
     for tensor_lengths in (False, True):
@@ -365,12 +365,13 @@ def test_decode_step_past_the_cache_is_refused_on_the_host(package):
 
 def test_run_refuses_before_writing_past_the_cache(package):
     _, runner_module = package
-    config = importlib.import_module(f"{PKG}.inference_config")
-    architecture = importlib.import_module(f"{PKG}.architecture")
+    config = importlib.import_module("ascend_runtime.config")
+    runtime_runner = importlib.import_module("ascend_runtime.runner")
+    spec = importlib.import_module(PKG).MODEL
     cfg = config.InferenceConfig()
-    model = runner_module.build_model(architecture.ModelArgs(), cfg, torch.device("cpu"))
+    model = runtime_runner.build_model(spec, spec.args, cfg, torch.device("cpu"))
     with pytest.raises(config.InputError, match=r"prompt_len \(60\) \+ steps \(5\) = 65"):
-        runner_module.run(model, cfg, prompt_len=60, steps=5)
+        runtime_runner.run(model, cfg, prompt_len=60, steps=5)
 
 
 # --- 8. the rendered defaults fit the rendered max_seq_len -------------------------------

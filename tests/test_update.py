@@ -2,14 +2,13 @@
 
 The template repo is this repository's copier.yml + templates/ + scaffold/migrations/,
 committed and tagged v1.0.0, then changed and tagged v2.0.0:
-- graph.py (template-owned): the docstring's first line changes;
+- modeling.py (template-rendered, merged three-way): a docstring line changes;
 - README.md (template-owned): the pip install line changes, and a new last line;
 - a new question `profile_dir` (default "profile");
 - config YAML: `scheduler_config.max_new_tokens` renamed to `max_decode_steps`, carried into
-  the user-owned config by a `_migrations` entry running scaffold/migrations/rename_config_key.py;
-- extensions.py (user-owned): a new hook stub, which must NOT reach existing packages.
+  the user-owned config by a `_migrations` entry running scaffold/migrations/rename_config_key.py.
 
-A second, lean template repo (v1.0.0, then v2.0.0 removing tokenizer.py) serves the "no
+A second, lean template repo (v1.0.0, then v2.0.0 removing triage.py) serves the "no
 data loss, no tracebacks" cases: each asserts the exit code, the one-line message, and that
 nothing else in the package changed.
 """
@@ -34,14 +33,13 @@ import scaffold.update as update_mod
 from scaffold.migrations.rename_config_key import main as rename_main
 from scaffold.migrations.rename_config_key import rename_key
 from scaffold.template_source import dirty_template_files, record_source, recorded_source
-from scaffold.update_cmd import check_update, update
+from scaffold.update.cli import check_update, update
 
 REPO = Path(__file__).resolve().parents[1]
 PKG = "demo"
-GRAPH = f"src/{PKG}/graph.py"
-EXT = f"src/{PKG}/extensions.py"
+GRAPH = f"src/{PKG}/modeling.py"
 CONFIG = f"config/{PKG}.yaml"
-TOKENIZER = f"src/{PKG}/tokenizer.py"
+TOKENIZER = f"src/{PKG}/triage.py"
 ANSWERS = ".copier-answers.yml"
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "t",
@@ -50,13 +48,12 @@ GIT_ENV = {
     "GIT_COMMITTER_EMAIL": "t@example.invalid",
 }
 
-V1_DOC = '"""The compile seam: `compile_decode` per exe_mode. Prefill is never compiled.'
-V2_DOC = '"""The compile seam: `compile_decode` per exe_mode (v2). Prefill stays eager.'
+V1_DOC = "Everything that changes between decode steps (positions, cache write index, sequence"
+V2_DOC = "Everything that changes between decode steps (v2: positions, cache index, sequence"
 V1_PIP = 'pip install torch==2.13.0 && pip install -e ".[test]"\n'
 V2_PIP = 'pip install torch==2.13.0 && pip install -e ".[test]" --no-build-isolation\n'
 USER_PIP = 'uv pip install torch==2.13.0 && uv pip install -e ".[test]"\n'
 USER_TAIL = "\n\ndef my_helper() -> int:  # user code in a template-owned file\n    return 1\n"
-USER_EXT = '        "transformer.wte.weight": "model.embed_tokens.weight",  # user override\n'
 MIGRATION = """_migrations:
   - version: v2.0.0
     command:
@@ -121,13 +118,11 @@ def world(tmp_path_factory):
         tpl = make_template(root / "template")
 
         model = tpl / "templates/model"
-        edit(model / "src/{{ model_name }}/graph.py", V1_DOC, V2_DOC)
+        edit(model / "src/{{ model_name }}/modeling.py.jinja", V1_DOC, V2_DOC)
         readme = model / "README.md.jinja"
         edit(readme, V1_PIP, V2_PIP)
         readme.write_text(readme.read_text() + "\nProfiles go to `{{ profile_dir }}/`.\n")
         edit(model / "config/{{ model_name }}.yaml.jinja", "max_new_tokens:", "max_decode_steps:")
-        ext = model / "src/{{ model_name }}/extensions.py.jinja"
-        ext.write_text(ext.read_text() + "\n\ndef customize_model(model) -> None:\n    pass\n")
         edit(tpl / "copier.yml", "\nmodel_name:\n", "\n" + MIGRATION + "\nmodel_name:\n")
         (tpl / "copier.yml").write_text((tpl / "copier.yml").read_text() + NEW_QUESTION)
         git(tpl, "commit", "-qam", "v2")
@@ -138,7 +133,6 @@ def world(tmp_path_factory):
         edit(pkg / "README.md", V1_PIP, USER_PIP)  # overlaps v2's change -> conflict
         (pkg / GRAPH).write_text((pkg / GRAPH).read_text() + USER_TAIL)  # far from v2's change
         edit(pkg / CONFIG, "max_new_tokens: 32", "max_new_tokens: 64  # longer runs")  # user-owned
-        edit(pkg / EXT, "    return {}\n", "    return {\n" + USER_EXT + "    }\n")  # user-owned
         git(pkg, "commit", "-qam", "user edits")
         yield tpl, pkg
 
@@ -168,14 +162,14 @@ def env(world, tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def lean_world(tmp_path_factory):
-    """(template repo whose v2.0.0 only removes tokenizer.py, committed v1.0.0 package)."""
+    """(template repo whose v2.0.0 only removes triage.py, committed v1.0.0 package)."""
     with pytest.MonkeyPatch.context() as mp:
         for key, value in GIT_ENV.items():
             mp.setenv(key, value)
         root = tmp_path_factory.mktemp("lean")
         tpl = make_template(root / "template")
-        git(tpl, "rm", "-q", "templates/model/src/{{ model_name }}/tokenizer.py")
-        git(tpl, "commit", "-qm", "v2: no tokenizer.py")
+        git(tpl, "rm", "-q", "templates/model/src/{{ model_name }}/triage.py.jinja")
+        git(tpl, "commit", "-qm", "v2: no triage.py")
         git(tpl, "tag", "v2.0.0")
         yield tpl, render_package(tpl, root / "pristine")
 
@@ -209,9 +203,8 @@ def answers(pkg: Path) -> dict:
 def test_update_to_v2_keeps_user_edits_and_marks_the_overlap(env, monkeypatch):
     tpl, pkg, invoke = env
     monkeypatch.setattr("scaffold.update.trust.template_root", lambda: tpl)  # "our own" template
-    monkeypatch.setattr("scaffold.update_cmd._interactive", lambda: True)  # answers on stdin
+    monkeypatch.setattr("scaffold.update.cli._interactive", lambda: True)  # answers on stdin
     before = answers(pkg)
-    ext_before = (pkg / EXT).read_text()
 
     result = invoke("check-update", pkg)
     assert result.exit_code == 3, result.output
@@ -251,9 +244,8 @@ def test_update_to_v2_keeps_user_edits_and_marks_the_overlap(env, monkeypatch):
     assert "conflict  README.md" in result.stdout
     assert f"changed   {GRAPH}" in result.stdout
     assert "1 file(s) have conflicts" in result.stderr
-    # User-owned files: the extension hooks untouched (v2's new stub not merged in); the
-    # config keeps the user's value and comment, under the key renamed by the migration.
-    assert (pkg / EXT).read_text() == ext_before
+    # The user-owned config keeps the user's value and comment, under the key renamed by
+    # the migration.
     config = (pkg / CONFIG).read_text()
     assert "  max_decode_steps: 64  # longer runs\n" in config
     assert "max_new_tokens:" not in config  # the key is renamed (comments may mention it)
@@ -340,7 +332,7 @@ def test_rename_config_key_keeps_comments_and_is_idempotent(tmp_path, monkeypatc
 
 def test_removed_upstream_file_edited_here_is_kept_as_a_conflict(lean):
     _tpl, pkg, invoke = lean
-    mine = (pkg / TOKENIZER).read_text() + "\n\ndef my_tokenizer_tweak() -> None:\n    pass\n"
+    mine = (pkg / TOKENIZER).read_text() + "\n\ndef my_triage_tweak() -> None:\n    pass\n"
     (pkg / TOKENIZER).write_text(mine)
     git(pkg, "commit", "-qam", "user edit of a file v2 removes")
 
@@ -358,7 +350,7 @@ def test_removed_upstream_file_edited_here_is_kept_as_a_conflict(lean):
     assert result.exit_code == 2 and TOKENIZER in one_line(result.stderr)
 
     git(pkg, "add", TOKENIZER, ANSWERS)  # keep it
-    git(pkg, "commit", "-qm", "update to v2, keeping my tokenizer")
+    git(pkg, "commit", "-qm", "update to v2, keeping my triage")
     result = invoke("check-update", pkg)
     assert result.exit_code == 0 and not result.stderr, result.output
 
@@ -506,7 +498,7 @@ def test_package_rendered_from_an_installed_template_updates_from_its_repository
     wheel.mkdir(parents=True)
     shutil.copy(tpl / "copier.yml", wheel / "copier.yml")
     shutil.copytree(tpl / "templates", wheel / "templates")
-    edit(tpl / "templates/model/src/{{ model_name }}/graph.py", V1_DOC, V2_DOC)
+    edit(tpl / "templates/model/src/{{ model_name }}/modeling.py.jinja", V1_DOC, V2_DOC)
     git(tpl, "commit", "-qam", "v0.3.0")
     git(tpl, "tag", "v0.3.0")
     remote = tmp_path / "remote/ascend-scaffold.git"  # a local bare repo stands in for the URL
@@ -634,11 +626,11 @@ def test_new_questions_asked_by_update_get_their_validators(monkeypatch, capsys)
     """A bad answer to a new question is refused on the spot and asked again (as `new model`
     does), not accepted and then refused when the update has run."""
     from scaffold.questions import question
+    from scaffold.update.cli import _ask_valid
     from scaffold.update.new_questions import NewQuestion
-    from scaffold.update_cmd import _ask_valid
 
     answers = iter([0, 5000, 8])
-    monkeypatch.setattr("scaffold.update_cmd.ask", lambda q, default: next(answers))
+    monkeypatch.setattr("scaffold.update.cli.ask", lambda q, default: next(answers))
     assert _ask_valid(NewQuestion(question("batch_size")), {}) == 8
     err = capsys.readouterr().err
     assert "batch_size must be >= 1, got 0" in err and "batch_size must be <= 4,096" in err
@@ -662,11 +654,11 @@ def test_update_switches_the_kv_cache_and_refuses_a_bad_change(lean):
     assert result.exit_code == 0, result.output
     recorded = answers(pkg)
     assert recorded["kv_cache"] == "paged" and recorded["block_size"] == 128
-    assert (pkg / "src" / PKG / "block_allocator.py").is_file()
+    assert 'kv_cache: str = "paged"' in (pkg / "src" / PKG / "architecture.py").read_text()
     # already on the newest release: --set alone re-renders the same template
     git(pkg, "add", "-A")
     git(pkg, "commit", "-qm", "paged")
     result = invoke("update", pkg, "--defaults", "--set", "kv_cache=contiguous")
     assert result.exit_code == 0, result.output
     assert answers(pkg)["kv_cache"] == "contiguous"
-    assert not (pkg / "src" / PKG / "block_allocator.py").exists()
+    assert 'kv_cache: str = "contiguous"' in (pkg / "src" / PKG / "architecture.py").read_text()

@@ -13,7 +13,6 @@ reads the result back from git.
 from .conflicts import find_conflicts, require_clean_git, unresolved_conflicts
 from .new_questions import NewQuestion, asked_among, asked_on_update, new_questions, template_file
 from .package import ANSWERS_FILE, CONFLICT_MARKERS, Package, read_package
-from .run import UpdateResult, prepare_update, run_update
 from .trust import is_own_template
 from .versions import UpdateCheck, check_package, check_update, latest_tag, require_ref
 
@@ -40,3 +39,12 @@ __all__ = [
     "template_file",
     "unresolved_conflicts",
 ]
+
+
+def __getattr__(name: str):
+    # `run` imports copier: loaded on first use, so `ascend-scaffold --help` does not.
+    if name in ("UpdateResult", "prepare_update", "run_update"):
+        from . import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,18 +3,17 @@ portable ops standing in for the fused ones."""
 
 import pytest
 import torch
-from conftest import TINY, compile_config, greedy, prompt, tiny_model
-
-from mixtral_ge.graph import (
+from ascend_runtime.graph import (
     compile_decode,
     graph_break_count,
     graph_count,
     with_trace_settings,
 )
-from mixtral_ge.metadata import (
+from ascend_runtime.metadata import (
     decode_inputs,
     prefill_inputs,
 )
+from conftest import TINY, compile_config, greedy, prompt, tiny_model
 
 DECODE_STEPS = 32
 LENGTH_FORMS = {
@@ -74,7 +73,7 @@ def test_no_python_float_of_the_model_becomes_a_decode_input(settings):
 def test_only_the_perf_backend_drops_module_guards():
     """inductor (the CPU perf stand-in) skips dynamo's per-call guards on the frozen weights
     and caches; aot_eager (the checking stand-in) keeps every guard."""
-    from mixtral_ge.graph import (
+    from ascend_runtime.graph import (
         portable_compile_kwargs,
         skip_module_guards_but_frozen_identity,
     )

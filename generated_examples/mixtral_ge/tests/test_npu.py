@@ -2,6 +2,14 @@
 
 import pytest
 import torch
+from ascend_runtime import (
+    ops,
+)
+from ascend_runtime.graph import (
+    compile_decode,
+    graph_break_count,
+    graph_count,
+)
 from conftest import (
     NPU_DTYPE,
     RENDERED_CONFIG,
@@ -12,14 +20,6 @@ from conftest import (
     tiny_model,
 )
 
-from mixtral_ge import (
-    ops,
-)
-from mixtral_ge.graph import (
-    compile_decode,
-    graph_break_count,
-    graph_count,
-)
 from mixtral_ge.modeling import (
     Transformer,
 )

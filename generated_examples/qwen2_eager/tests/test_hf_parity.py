@@ -1,7 +1,7 @@
 """Parity with transformers on tiny random HF checkpoints, built offline with save_pretrained.
 
-For each model_type this package runs (weights.MODEL_TYPES), with the RoPE scaling it was
-rendered with (none), the package's prefill logits and STEPS greedy decode
+For each model_type this package runs (ascend_runtime.args.hf_model_types), with the RoPE
+scaling it was rendered with (none), the package's prefill logits and STEPS greedy decode
 steps (eager decode and compiled decode) match transformers' `generate` in fp32 within
 rtol=atol=1e-4, and the greedy tokens are identical. transformers is a test-only
 dependency: without it these tests are skipped.
@@ -11,23 +11,33 @@ from importlib.util import find_spec
 
 import pytest
 import torch
-from conftest import RENDERED_CONFIG, compile_config, greedy, setup_test_caches
-
-from qwen2_eager import (
+from ascend_runtime import (
     ops,
 )
-from qwen2_eager.graph import (
+from ascend_runtime.args import hf_model_types
+from ascend_runtime.generation import (
+    generate,
+)
+from ascend_runtime.graph import (
     compile_decode,
 )
-from qwen2_eager.modeling import (
-    Transformer,
-)
-from qwen2_eager.weights import (
-    MODEL_TYPES,
+from ascend_runtime.testing.hf_configs import tiny_hf_configs
+from ascend_runtime.weights import (
     CheckpointError,
     load_checkpoint,
     load_pretrained,
     model_args_from_hf,
+)
+from conftest import RENDERED_CONFIG, compile_config, greedy, setup_test_caches
+
+from qwen2_eager import (
+    MODEL,
+)
+from qwen2_eager.architecture import (
+    ModelArgs,
+)
+from qwen2_eager.modeling import (
+    Transformer,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -49,11 +59,9 @@ TINY = dict(
     max_position_embeddings=64,
     initializer_range=0.1,
 )
-# A tiny config of each model_type this package runs, with what real checkpoints of that
-# type use.
-CONFIGS = {
-    "qwen2": ("Qwen2Config", dict(rope_theta=1000000.0, tie_word_embeddings=True)),
-}
+# A tiny config of each model_type this package runs: the loader's answer
+# (ascend_runtime.args.hf_model_types), with what real checkpoints of that type use.
+CONFIGS = tiny_hf_configs(ModelArgs())
 ROPE_FIELDS: dict = {}  # no RoPE scaling
 # For the refusal test: a checkpoint with RoPE scaling this package was not rendered with.
 OTHER_ROPE_FIELDS = {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}
@@ -115,7 +123,9 @@ def decode_config():
 @pytest.mark.parametrize("model_type", TYPES)
 def test_matches_transformers(checkpoints, model_type, compiled):
     path, ref_logits, ref_tokens = checkpoints(model_type)
-    model = load_pretrained(path, ops.load("portable"), dtype=torch.float32, batch_size=BATCH)
+    model = load_pretrained(
+        MODEL, path, ops.load("portable"), dtype=torch.float32, batch_size=BATCH
+    )
     setup_test_caches(model, BATCH)  # the test's rows, not the rendered budget
     config = decode_config()
     decode = compile_decode(model, config) if compiled else model.decode
@@ -130,12 +140,49 @@ def test_matches_transformers(checkpoints, model_type, compiled):
 
 
 @pytest.mark.parametrize("model_type", TYPES[:1])
+def test_ragged_batch_matches_transformers_per_prompt(checkpoints, model_type):
+    """Each row of a ragged batch (prompts of different lengths, compiled decode) equals
+    transformers' greedy `generate` of that prompt alone: tokens, and logits within 1e-4."""
+    path, _, _ = checkpoints(model_type)
+    reference = hf_model(model_type)
+    generator = torch.Generator().manual_seed(4)
+    batch = [
+        torch.randint(0, TINY["vocab_size"], (n,), generator=generator).tolist()
+        for n in (5, 9, 1, 7)
+    ]
+    model = load_pretrained(MODEL, path, ops.load("portable"), batch_size=len(batch))
+    setup_test_caches(model, len(batch))  # the test's rows, not the rendered budget
+    config = decode_config()
+    decode = compile_decode(model, config)
+    tensor_lengths = config.tensor_lengths
+    ours = generate(model, decode, batch, STEPS, tensor_lengths=tensor_lengths, keep_logits=True)
+    for row, ids in enumerate(batch):
+        tokens = torch.tensor([ids])
+        with torch.inference_mode():
+            out = reference.generate(
+                tokens,
+                attention_mask=torch.ones_like(tokens),
+                max_new_tokens=STEPS,
+                do_sample=False,
+                output_logits=True,
+                return_dict_in_generate=True,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+        assert ours.tokens[row] == out.sequences[0, len(ids) :].tolist(), f"row {row}"
+        mine = torch.stack([step[row, -1] for step in ours.logits[: len(ours.tokens[row])]])
+        torch.testing.assert_close(
+            mine, torch.cat(out.logits, dim=0), rtol=RTOL, atol=ATOL, msg=f"row {row}"
+        )
+
+
+@pytest.mark.parametrize("model_type", TYPES[:1])
 def test_sharded_checkpoint_loads_the_same_weights(checkpoints, model_type, tmp_path):
     path, _, _ = checkpoints(model_type)
     hf_model(model_type).save_pretrained(tmp_path, max_shard_size="40KB")
     assert (tmp_path / "model.safetensors.index.json").is_file()
-    single = load_pretrained(path, ops.load("portable"))
-    sharded = load_pretrained(tmp_path, ops.load("portable"))
+    single = load_pretrained(MODEL, path, ops.load("portable"))
+    sharded = load_pretrained(MODEL, tmp_path, ops.load("portable"))
     for (name, a), (_, b) in zip(
         single.state_dict().items(), sharded.state_dict().items(), strict=True
     ):
@@ -152,9 +199,9 @@ def test_mismatch_lists_missing_and_unexpected_keys(checkpoints, model_type, tmp
     del tensors["model.layers.1.self_attn.k_proj.weight"]
     tensors["model.layers.0.mlp.extra.weight"] = torch.zeros(1)
     save_file(tensors, tmp_path / "model.safetensors")
-    model = load_pretrained(path, ops.load("portable"))
+    model = load_pretrained(MODEL, path, ops.load("portable"))
     with pytest.raises(ValueError, match="missing 1: model.layers.1.self_attn.k_proj.weight") as e:
-        load_checkpoint(model, tmp_path)
+        load_checkpoint(MODEL, model, tmp_path)
     assert "unexpected 1: model.layers.0.mlp.extra.weight" in str(e.value)
 
 
@@ -165,7 +212,7 @@ def test_loaded_model_is_built_on_meta_then_materialized(checkpoints):
     if not CONFIGS:
         pytest.skip("no HF model_type fits this package")
     path, _, _ = checkpoints(TYPES[0])
-    model = load_pretrained(path, ops.load("portable"), dtype=torch.bfloat16)
+    model = load_pretrained(MODEL, path, ops.load("portable"), dtype=torch.bfloat16)
     tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     assert [name for name, tensor in tensors.items() if tensor.is_meta] == []
     assert {tensor.dtype for tensor in tensors.values()} == {torch.bfloat16}
@@ -177,13 +224,13 @@ def test_loaded_model_is_built_on_meta_then_materialized(checkpoints):
 
 
 def test_configs_are_this_packages_model_types():
-    assert tuple(CONFIGS) == MODEL_TYPES
+    assert tuple(CONFIGS) == hf_model_types(ModelArgs())
 
 
 def test_unsupported_model_types_are_refused(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
     with pytest.raises(CheckpointError, match="model_type 'gpt2' is not supported"):
-        model_args_from_hf(tmp_path)
+        model_args_from_hf(MODEL, tmp_path)
 
 
 def test_another_architecture_is_refused(tmp_path):
@@ -192,7 +239,7 @@ def test_another_architecture_is_refused(tmp_path):
     LlamaConfig(**TINY).save_pretrained(tmp_path)
     message = "model_type 'llama' cannot run on this package"
     with pytest.raises(CheckpointError, match=message):
-        model_args_from_hf(tmp_path)
+        model_args_from_hf(MODEL, tmp_path)
 
 
 @pytest.mark.parametrize("model_type", TYPES[:1])
@@ -204,4 +251,4 @@ def test_another_rope_scaling_is_refused(model_type, tmp_path):
     config.save_pretrained(tmp_path)
     message = f"RoPE scaling '{OTHER_ROPE_SCALING}' does not match this package's rope_scaling="
     with pytest.raises(CheckpointError, match=message):
-        model_args_from_hf(tmp_path)
+        model_args_from_hf(MODEL, tmp_path)

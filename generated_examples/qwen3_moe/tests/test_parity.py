@@ -1,13 +1,12 @@
 import pytest
 import torch
-from conftest import compile_config, greedy, prompt, tiny_model
-
-from qwen3_moe.graph import (
+from ascend_runtime.graph import (
     compile_decode,
 )
-from qwen3_moe.metadata import (
+from ascend_runtime.metadata import (
     prefill_inputs,
 )
+from conftest import compile_config, greedy, prompt, tiny_model
 
 STEPS = 8
 

@@ -1,11 +1,21 @@
-"""The architecture (ModelArgs): hyperparameters rendered from the interview answers; the
-runtime settings are in inference_config.py."""
+"""The architecture (ModelArgs): hyperparameters rendered from the interview answers.
+
+The variant flags are fields read at run time (ascend_runtime/args.py says what each
+means, and which Hugging Face model_type they run); a checkpoint's config.json replaces
+the sizes, never the flags. The runtime settings are in the YAML config (config/).
+"""
 
 from dataclasses import dataclass
+
+from ascend_runtime.args import check_args
 
 
 @dataclass(frozen=True)
 class ModelArgs:
+    family: str = "dense"
+    qk_norm: bool = False
+    attention_bias: bool = False  # on q/k/v (Qwen2), never on o_proj
+    rope_scaling: str = "none"  # ascend_runtime/layers/rope_scaling.py
     vocab_size: int = 32000
     hidden_size: int = 512
     num_hidden_layers: int = 8
@@ -17,10 +27,11 @@ class ModelArgs:
     rms_norm_eps: float = 1e-06
     max_seq_len: int = 2048
     tie_word_embeddings: bool = False
+    # The KV cache layout (not in config.json): contiguous rows, or paged blocks with a
+    # default budget the YAML's scheduler_config.kv_cache_tokens replaces.
+    kv_cache: str = "contiguous"
+    block_size: int = 128
+    kv_cache_tokens: int = 0
 
     def __post_init__(self):
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(
-                f"num_attention_heads ({self.num_attention_heads}) must be divisible by "
-                f"num_key_value_heads ({self.num_key_value_heads})"
-            )
+        check_args(self)

@@ -1,13 +1,21 @@
-"""The architecture (ModelArgs): hyperparameters rendered from the interview answers; the
-runtime settings are in inference_config.py."""
+"""The architecture (ModelArgs): hyperparameters rendered from the interview answers.
+
+The variant flags are fields read at run time (ascend_runtime/args.py says what each
+means, and which Hugging Face model_type they run); a checkpoint's config.json replaces
+the sizes, never the flags. The runtime settings are in the YAML config (config/).
+"""
 
 from dataclasses import dataclass
 
-from .hf_config import moe_layer_indices
+from ascend_runtime.args import check_args, moe_layers
 
 
 @dataclass(frozen=True)
 class ModelArgs:
+    family: str = "moe"
+    qk_norm: bool = True
+    attention_bias: bool = False  # on q/k/v (Qwen2), never on o_proj
+    rope_scaling: str = "none"  # ascend_runtime/layers/rope_scaling.py
     vocab_size: int = 151936
     hidden_size: int = 2048
     num_hidden_layers: int = 48
@@ -21,31 +29,22 @@ class ModelArgs:
     norm_topk_prob: bool = True
     decoder_sparse_step: int = 1
     mlp_only_layers: tuple[int, ...] = ()
+    shared_expert_intermediate_size: int = 0  # 0: none
+    shared_expert_gate: bool = False
     rope_theta: float = 1000000.0
     rms_norm_eps: float = 1e-06
     max_seq_len: int = 4096
     tie_word_embeddings: bool = False
+    # The KV cache layout (not in config.json): contiguous rows, or paged blocks with a
+    # default budget the YAML's scheduler_config.kv_cache_tokens replaces.
+    kv_cache: str = "paged"
+    block_size: int = 128
+    kv_cache_tokens: int = 16384
 
     def __post_init__(self):
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(
-                f"num_attention_heads ({self.num_attention_heads}) must be divisible by "
-                f"num_key_value_heads ({self.num_key_value_heads})"
-            )
-        if not 1 <= self.num_experts_per_tok <= self.num_experts:
-            raise ValueError(
-                f"num_experts_per_tok ({self.num_experts_per_tok}) must be between 1 and "
-                f"num_experts ({self.num_experts})"
-            )
-        if not self.moe_layers:
-            raise ValueError(
-                f"no layer is MoE (decoder_sparse_step {self.decoder_sparse_step}, "
-                f"mlp_only_layers {self.mlp_only_layers})"
-            )
+        check_args(self)
 
     @property
     def moe_layers(self) -> tuple[int, ...]:
         """Layers with routed experts; the others keep the dense MLP."""
-        return moe_layer_indices(
-            self.num_hidden_layers, self.decoder_sparse_step, self.mlp_only_layers
-        )
+        return moe_layers(self)

@@ -11,21 +11,14 @@ Routed experts are stacked per layer in the grouped matmul's [E, K, N] layout
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import torch
+from ascend_runtime.weights import Source
 
 from .architecture import ModelArgs
 
-
-@dataclass(frozen=True)
-class Source:
-    """The HF keys of one parameter, the shape each must have, and how they combine."""
-
-    keys: tuple[str, ...]
-    shapes: tuple[tuple[int, ...], ...]
-    assemble: Callable[[list[torch.Tensor]], torch.Tensor]
+# Checkpoint tensor name -> the Hugging Face name `sources` expects, for checkpoints saved
+# with other names, e.g. {"transformer.wte.weight": "model.embed_tokens.weight"}.
+CHECKPOINT_RENAMES: dict[str, str] = {}
 
 
 def _concat(pieces: list[torch.Tensor]) -> torch.Tensor:

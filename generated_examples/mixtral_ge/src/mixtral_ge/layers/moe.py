@@ -1,4 +1,5 @@
-"""Sparse MoE block: top-k softmax routing over routed SwiGLU experts.
+"""Sparse MoE block: top-k softmax routing over routed SwiGLU experts, plus a shared expert
+where ModelArgs has one (shared_expert_intermediate_size > 0, Qwen2-MoE).
 
 The dataflow of cann-recipes-infer's models/qwen3_moe/models/modeling_qwen3_moe.py
 (`Qwen3MoeSparseMoeBlock`, `moe_infer_tp`): router logits in float32, top-k softmax,
@@ -15,6 +16,7 @@ dispatch/combine inside `ops.moe_experts` for npu_moe_distribute_dispatch_v2/_co
 from types import ModuleType
 
 import torch
+from ascend_runtime.layers.mlp import MLP
 from torch import nn
 from torch.nn import functional as F
 
@@ -47,6 +49,13 @@ class SparseMoeBlock(nn.Module):
         self.norm_topk_prob = args.norm_topk_prob
         self.gate = nn.Linear(args.hidden_size, args.num_experts, bias=False)  # the router
         self.experts = RoutedExperts(args.num_experts, args.hidden_size, args.moe_intermediate_size)
+        # Qwen2-MoE: every token also passes through one dense expert, scaled by a sigmoid
+        # gate (transformers' Qwen2MoeSparseMoeBlock.shared_expert and shared_expert_gate).
+        self.shared_expert = self.shared_expert_gate = None
+        if args.shared_expert_intermediate_size:
+            self.shared_expert = MLP(args.hidden_size, args.shared_expert_intermediate_size)
+            if args.shared_expert_gate:
+                self.shared_expert_gate = nn.Linear(args.hidden_size, 1, bias=False)
 
     def route(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(weights float32 [T, k], expert ids int32 [T, k]) for tokens [T, hidden]."""
@@ -60,6 +69,10 @@ class SparseMoeBlock(nn.Module):
         tokens = x.reshape(-1, x.shape[-1])
         weights, expert_ids = self.route(tokens)
         shared = None
+        if self.shared_expert is not None:
+            shared = self.shared_expert(tokens)
+            if self.shared_expert_gate is not None:
+                shared = torch.sigmoid(self.shared_expert_gate(tokens)) * shared
         out = self.ops.moe_experts(
             tokens, expert_ids, weights, self.experts.w13_weight, self.experts.w2_weight, shared
         )

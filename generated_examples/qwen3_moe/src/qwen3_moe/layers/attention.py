@@ -1,30 +1,22 @@
-"""Grouped-query attention over the preallocated KV cache."""
+"""Grouped-query attention over the preallocated KV cache.
+
+The graph-mode contract this layer keeps (docs/design.md): decode writes its one new
+token per row into the cache in place (`kv_cache.update`: torch_npu.scatter_update_, or
+npu_scatter_nd_update_ for a paged cache) and attends with the fused
+npu_fused_infer_attention_score (`kv_cache.attend`, ascend_runtime/ops/npu.py), every
+per-step value (cos/sin, kv_len, actual_seq_lengths) arriving in `meta`.
+"""
 
 from __future__ import annotations
 
 from types import ModuleType
-from typing import NamedTuple
 
 import torch
+from ascend_runtime.layers.norm import RMSNorm
+from ascend_runtime.model import AttentionMetadata
 from torch import nn
 
 from ..architecture import ModelArgs
-from ..ops import Lengths
-from ..paged_kv_cache import PagedKVCache
-from .norm import RMSNorm
-
-
-class AttentionMetadata(NamedTuple):
-    """What changes between steps, passed down every layer as one object (the role of
-    cann-recipes-infer's ForwardMetaData); each field is a graph input, not a constant."""
-
-    cos: torch.Tensor  # (batch, seq_len, 1, head_dim)
-    sin: torch.Tensor
-    kv_len: torch.Tensor  # (batch,) tokens already cached = decode write position
-    actual_seq_lengths_q: Lengths
-    actual_seq_lengths_kv: Lengths
-    is_prefill: bool  # a Python bool: prefill and decode are separate graphs
-    cache_row: int | None = None  # prefill of one row of a ragged batch (eager only)
 
 
 class Attention(nn.Module):
@@ -38,11 +30,13 @@ class Attention(nn.Module):
         self.qkv_sizes = [
             n * args.head_dim for n in (self.num_heads, self.num_kv_heads, self.num_kv_heads)
         ]
-        self.qkv_proj = nn.Linear(args.hidden_size, sum(self.qkv_sizes), bias=False)
+        self.qkv_proj = nn.Linear(args.hidden_size, sum(self.qkv_sizes), bias=args.attention_bias)
         self.o_proj = nn.Linear(self.num_heads * args.head_dim, args.hidden_size, bias=False)
-        self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps, ops)
-        self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps, ops)
-        self.kv_cache: PagedKVCache | None = None
+        self.qk_norm = args.qk_norm  # Qwen3: RMSNorm over each head's q and k
+        if self.qk_norm:
+            self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps, ops)
+            self.k_norm = RMSNorm(args.head_dim, args.rms_norm_eps, ops)
+        self.kv_cache = None  # KVCache or PagedKVCache: model.setup_caches fills it
 
     def forward(self, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         bsz, seq_len, _ = x.shape
@@ -50,7 +44,8 @@ class Attention(nn.Module):
         q = q.view(bsz, seq_len, self.num_heads, self.head_dim)
         k = k.view(bsz, seq_len, self.num_kv_heads, self.head_dim)
         v = v.view(bsz, seq_len, self.num_kv_heads, self.head_dim)
-        q, k = self.q_norm(q), self.k_norm(k)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.ops.apply_rotary(q, k, meta.cos, meta.sin)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # BNSD
 

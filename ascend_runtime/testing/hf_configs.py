@@ -1,0 +1,38 @@
+"""A tiny Hugging Face config of each model_type the runtime runs, with what real
+checkpoints of that type use, for a package's HF-parity tests. Which of them a package
+runs is `ascend_runtime.args.hf_model_types(ModelArgs())`: the loader's answer too."""
+
+from __future__ import annotations
+
+from ..args import hf_model_types
+
+# MoE: 8 experts, top-2, 3 layers; Qwen3-MoE and Qwen2-MoE mix dense and MoE layers.
+MOE = dict(num_experts_per_tok=2, moe_intermediate_size=32, num_hidden_layers=3)
+
+TINY_HF_CONFIGS: dict[str, tuple[str, dict]] = {
+    "llama": ("LlamaConfig", dict(head_dim=16, rope_theta=500000.0)),
+    "mistral": ("MistralConfig", dict(head_dim=32, sliding_window=None)),
+    "qwen2": ("Qwen2Config", dict(rope_theta=1000000.0, tie_word_embeddings=True)),
+    "qwen3": ("Qwen3Config", dict(head_dim=32, rope_theta=1000000.0, tie_word_embeddings=True)),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        dict(**MOE, num_experts=8, head_dim=32, norm_topk_prob=True, mlp_only_layers=[1]),
+    ),
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        dict(**MOE, num_experts=8, shared_expert_intermediate_size=48, decoder_sparse_step=2),
+    ),
+    "mixtral": ("MixtralConfig", dict(**MOE, num_local_experts=8, intermediate_size=32)),
+}
+
+
+def tiny_hf_configs(args) -> dict[str, tuple[str, dict]]:
+    """(config class name, fields) per model_type `args` runs (Qwen2-MoE's q/k/v bias as
+    args.attention_bias says)."""
+    configs = {}
+    for model_type in hf_model_types(args):
+        name, fields = TINY_HF_CONFIGS[model_type]
+        if model_type == "qwen2_moe":
+            fields = {**fields, "qkv_bias": args.attention_bias}
+        configs[model_type] = (name, fields)
+    return configs

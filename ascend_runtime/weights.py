@@ -1,0 +1,278 @@
+"""Load a local Hugging Face checkpoint (config.json + *.safetensors) into a model package.
+
+Paths only: nothing is ever downloaded. config.json is read by hf_config.py, the same
+reader `ascend-scaffold new model --from-hf-config` uses, then checked against the
+architecture the package was rendered with. HF parameter names are mapped to the
+package's by its weight map (`ModelSpec.weight_sources`). Every problem with the files
+raises CheckpointError (a ValueError) naming the file, and the tensor with both shapes
+when one does not fit; keys that do not match are listed, missing and unexpected.
+
+    model = load_pretrained(MODEL, "path/to/ckpt", ops.load("portable"), dtype=torch.bfloat16)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from torch import nn
+
+from .args import FLAGS, hf_model_types, shared_expert
+from .config import InputError
+from .hf_config import HFConfigError, load_json, parse_layer_list, read_hf_config
+from .model import CausalLM, ModelSpec
+
+
+@dataclass(frozen=True)
+class Source:
+    """The HF keys of one parameter, the shape each must have, and how they combine
+    (a package's weight_map.py returns these)."""
+
+    keys: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    assemble: Callable[[list[torch.Tensor]], torch.Tensor]
+
+
+# Buffers older transformers releases saved with the weights (LlamaRotaryEmbedding's
+# inv_freq, src/transformers/models/llama/modeling_llama.py); this package computes them.
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+_MAX_LISTED = 12
+
+
+class CheckpointError(InputError):
+    """A checkpoint's config.json or safetensors files cannot be used; names the file."""
+
+
+def model_args_from_hf(spec: ModelSpec, path: str | Path, max_seq_len: int | None = None):
+    """The package's ModelArgs from a checkpoint's config.json; checks that it can run it.
+
+    max_seq_len (KV cache and RoPE table length) defaults to the package's rendered value,
+    capped at the checkpoint's max_position_embeddings. The variant flags (family, qk_norm,
+    attention_bias, rope_scaling, a shared expert) must be the package's: they choose code.
+    """
+    try:
+        hf = read_hf_config(path)
+    except HFConfigError as exc:
+        raise CheckpointError(str(exc)) from None
+    rendered = spec.args
+    model_types = hf_model_types(rendered)
+    if hf.model_type not in model_types:
+        raise CheckpointError(
+            f"{hf.file}: model_type {hf.model_type!r} cannot run on this package (rendered "
+            f"with qk_norm={rendered.qk_norm}, attention_bias={rendered.attention_bias}; it "
+            f"runs: {', '.join(model_types) or 'none'})"
+        )
+    fields = dict(hf.architecture)
+    for flag in FLAGS:
+        value, baked = fields[flag], getattr(rendered, flag)
+        if value != baked:
+            if flag == "rope_scaling":
+                theirs = f"RoPE scaling {value!r}", f"rope_scaling={baked!r}"
+            else:
+                theirs = f"{flag} {value!r}", repr(baked)
+            raise CheckpointError(
+                f"{hf.file}: {theirs[0]} does not match this package's {theirs[1]}"
+            )
+    if fields["family"] == "moe":
+        found = fields.get("shared_expert_intermediate_size", 0) > 0
+        if found != shared_expert(rendered):
+            raise CheckpointError(
+                f"{hf.file}: shared expert {found!r} does not match this package's "
+                f"{shared_expert(rendered)!r}"
+            )
+        fields["mlp_only_layers"] = parse_layer_list(fields["mlp_only_layers"])
+        fields.pop("shared_expert_gate", None)  # Qwen2-MoE always gates: decided by model_type
+        if not found:
+            fields.pop("shared_expert_intermediate_size", None)
+    known = {f.name for f in dataclasses.fields(spec.args_class)}
+    default_len = rendered.max_seq_len
+    max_seq_len = max_seq_len or min(default_len, hf.max_position_embeddings)
+    try:
+        return spec.args_class(
+            **{k: v for k, v in fields.items() if k in known}, max_seq_len=max_seq_len
+        )
+    except ValueError as exc:  # ModelArgs' own checks
+        raise CheckpointError(f"{hf.file}: {exc}") from None
+
+
+def checkpoint_files(path: str | Path) -> dict[str, Path]:
+    """HF key -> safetensors file: from model.safetensors.index.json when sharded."""
+    path = Path(path)
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            raw, _ = load_json(index)
+        except HFConfigError as exc:
+            raise CheckpointError(str(exc)) from None
+        weight_map = raw.get("weight_map")
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(file, str) for file in weight_map.values()
+        ):
+            raise CheckpointError(f"{index}: needs a 'weight_map' object of key -> file name")
+        return {key: path / file for key, file in weight_map.items()}
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {path} (paths only, no download)")
+    keys: dict[str, Path] = {}
+    for file in files:
+        with _open(file) as f:
+            keys.update(dict.fromkeys(f.keys(), file))
+    return keys
+
+
+def _safe_open():
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        raise ImportError(
+            "loading a checkpoint needs the safetensors package: pip install safetensors"
+        ) from None
+    return safe_open
+
+
+def _unreadable(file: Path, exc: Exception) -> CheckpointError:
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return CheckpointError(
+        f"checkpoint file {file} cannot be read ({reason}): truncated, corrupt or missing?"
+    )
+
+
+def _open(file: Path):
+    """safe_open(file); a missing, truncated or corrupt file raises CheckpointError naming it."""
+    safe_open = _safe_open()
+    try:
+        return safe_open(file, framework="pt")
+    except Exception as exc:  # safetensors' SafetensorError (header), OSError, ...
+        raise _unreadable(file, exc) from None
+
+
+def _get_tensor(handle, key: str, file: Path) -> torch.Tensor:
+    try:
+        return handle.get_tensor(key)
+    except Exception as exc:  # unreadable data, unsupported dtype
+        raise _unreadable(file, exc) from None
+
+
+def _listing(keys: set[str]) -> str:
+    shown = sorted(keys)[:_MAX_LISTED]
+    more = len(keys) - len(shown)
+    return ", ".join(shown) + (f", ... ({more} more)" if more else "")
+
+
+def _chosen(candidates: list[Source], available: dict[str, Path]) -> Source:
+    """The source the checkpoint holds most keys of (the first of equals): complete when
+    the checkpoint fits, else the one whose missing keys are worth reporting."""
+    return max(candidates, key=lambda c: sum(k in available for k in c.keys) / len(c.keys))
+
+
+def _checkpoint_tensors(
+    spec: ModelSpec, model: CausalLM, path: str | Path
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """(parameter name, tensor) for every parameter of `model` (a tied lm_head once, as
+    embed_tokens), assembled as weight_map.py says, each HF tensor checked against the shape
+    it must have (a meta-device model has them too); mismatched keys are listed first."""
+    stored = checkpoint_files(path)
+    overrides = spec.checkpoint_renames  # stored name -> HF name
+    original = {overrides.get(k, k): k for k in stored}
+    files = {overrides.get(k, k): file for k, file in stored.items()}
+    params = dict(model.named_parameters())
+    chosen = {
+        name: _chosen(spec.weight_sources(name, tuple(param.shape), model.args), files)
+        for name, param in params.items()
+    }
+    needed = {key for source in chosen.values() for key in source.keys}
+    ignored = {k for k in files if k.endswith(_IGNORED_SUFFIXES)}
+    if model.args.tie_word_embeddings:
+        ignored.add("lm_head.weight")
+    missing = needed - files.keys()
+    unexpected = files.keys() - needed - ignored
+    if missing or unexpected:
+        parts = [f"missing {len(missing)}: {_listing(missing)}"] if missing else []
+        if unexpected:
+            parts.append(f"unexpected {len(unexpected)}: {_listing(unexpected)}")
+        raise CheckpointError(f"checkpoint {path} does not match this model; " + "; ".join(parts))
+    with ExitStack() as stack:
+        handles = {
+            file: stack.enter_context(_open(file)) for file in sorted({files[k] for k in needed})
+        }
+        for name, source in chosen.items():
+            pieces = []
+            for key, shape in zip(source.keys, source.shapes, strict=True):
+                piece = _get_tensor(handles[files[key]], original[key], files[key])
+                if tuple(piece.shape) != shape:
+                    raise CheckpointError(
+                        f"{files[key]}: tensor {original[key]} has shape {tuple(piece.shape)}, "
+                        f"this model needs {shape} (for {name})"
+                    )
+                pieces.append(piece)
+            yield name, source.assemble(pieces)
+
+
+@torch.no_grad()
+def load_checkpoint(
+    spec: ModelSpec, model: CausalLM, path: str | Path, dtype: torch.dtype | str | None = None
+) -> CausalLM:
+    """Copy a local HF checkpoint's weights into `model` (in `dtype` when given)."""
+    if dtype is not None:
+        model.to(dtype=_as_dtype(dtype))
+    params = dict(model.named_parameters())
+    for name, tensor in _checkpoint_tensors(spec, model, path):
+        params[name].copy_(tensor)
+    return model
+
+
+def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    return getattr(torch, dtype) if isinstance(dtype, str) else dtype
+
+
+@torch.no_grad()
+def load_pretrained(
+    spec: ModelSpec,
+    path: str | Path,
+    ops_module: ModuleType,
+    *,
+    dtype: torch.dtype | str = torch.float32,
+    device: torch.device | str = "cpu",
+    batch_size: int = 1,
+    kv_cache_tokens: int | None = None,
+    max_seq_len: int | None = None,
+) -> CausalLM:
+    """Build the model from a checkpoint's config.json, load its weights, allocate caches.
+
+    As pytorch-labs/gpt-fast's generate.py (`_load_model`) does: the model is built on the
+    meta device (no memory, no random init), the checkpoint's tensors become its parameters
+    (`load_state_dict(..., assign=True)`), each converted once to `dtype` on `device`.
+    What is not in the checkpoint is then created on `device`: the RoPE cos/sin tables
+    (`RotaryEmbedding.reset_tables`) and the KV cache (`setup_caches`).
+    """
+    args = model_args_from_hf(spec, path, max_seq_len)
+    dtype, device = _as_dtype(dtype), torch.device(device)
+    with torch.device("meta"):
+        model = spec.model_class(args, ops_module)
+    loaded = {
+        name: nn.Parameter(tensor.to(device=device, dtype=dtype))
+        for name, tensor in _checkpoint_tensors(spec, model, path)
+    }
+    # Every name of every parameter (a tied lm_head.weight too) gets the one loaded
+    # Parameter, so assign=True keeps tied weights one tensor.
+    first: dict[int, str] = {}
+    state: dict[str, nn.Parameter] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        state[name] = loaded[first.setdefault(id(param), name)]
+    model.load_state_dict(state, strict=True, assign=True)
+    model.rotary.reset_tables(device)  # non-persistent: still on the meta device
+    model.to(device=device, dtype=dtype)  # the tables in `dtype`, as runner.build_model has them
+    model.eval()
+    model.setup_caches(batch_size, kv_cache_tokens=kv_cache_tokens)
+    on_meta = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
+    if on_meta:
+        raise RuntimeError(
+            f"load_pretrained left {', '.join(on_meta)} on the meta device: the model must "
+            "create it in RotaryEmbedding.reset_tables or setup_caches"
+        )
+    return model
