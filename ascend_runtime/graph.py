@@ -21,6 +21,7 @@ from .config import ModelConfig
 from .cpu_linears import OneDnnLinears
 from .ops import npu_available
 from .ops.portable import traced_attention
+from .stable_decode import StableDecode
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +55,14 @@ NPUGRAPH_EX_OPTIONS = {
 def compile_decode(
     model: nn.Module, config: ModelConfig, portable_backend: str = "aot_eager"
 ) -> Callable:
-    """Return `model.decode`, compiled as `config.exe_mode` asks (eager: not at all)."""
+    """Return `model.decode`, compiled as `config.exe_mode` asks (eager: not at all), with
+    dynamo's guards skipped once warm-up has compiled its graph (stable_decode.py)."""
     if config.exe_mode == "eager":
         return model.decode
+    return StableDecode(_compiled_decode(model, config, portable_backend), model, graph_count)
+
+
+def _compiled_decode(model: nn.Module, config: ModelConfig, portable_backend: str) -> Callable:
     if not npu_available():
         if portable_backend not in PORTABLE_BACKENDS:
             raise ValueError(f"portable backend must be one of {PORTABLE_BACKENDS}")

@@ -170,5 +170,5 @@ def test_rendered_package_matches_transformers(tmp_path, model_type, rope_scalin
     )  # fmt: skip
     tail = result.stdout[-3000:] + result.stderr[-2000:]
     assert result.returncode == 0, tail
-    passed = 11 if model_type in MOE_CONFIGS else 9  # + the two MoE loader tests
+    passed = 12 if model_type in MOE_CONFIGS else 10  # + the two MoE loader tests
     assert f"{passed} passed" in result.stdout and "skipped" not in result.stdout, tail

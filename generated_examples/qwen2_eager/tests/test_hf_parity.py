@@ -140,7 +140,7 @@ def test_matches_transformers(checkpoints, model_type, compiled):
 
 
 @pytest.mark.parametrize("model_type", TYPES[:1])
-def test_ragged_batch_matches_transformers_per_prompt(checkpoints, model_type):
+def test_ragged_batch_equals_transformers_per_prompt(checkpoints, model_type):
     """Each row of a ragged batch (prompts of different lengths, compiled decode) equals
     transformers' greedy `generate` of that prompt alone: tokens, and logits within 1e-4."""
     path, _, _ = checkpoints(model_type)
