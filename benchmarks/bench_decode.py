@@ -14,6 +14,9 @@ greedy decoding. For every batch size it times, per decode token (median):
 - the floor: only the `F.linear` calls of one decode step over the package's weights, and
   the packed floor: the same linears compiled by inductor with the weights frozen and
   packed, as the compiled decode runs them (no attention, norms or cache writes in either);
+- the memory-bandwidth bound: the weights' bytes over the bandwidth this host reads at
+  (a 1 GiB fp32 sum with the benchmark's threads), printed once, and compiled decode's
+  ratio to it per batch size;
 
 All variants are warmed (and compiled) first, then timed interleaved in `--rounds` rounds,
 so that a noisy stretch of the machine falls on every variant alike. It prints ratios (to
@@ -58,6 +61,7 @@ HF_EAGER = "transformers generate (eager)"
 HF_STATIC = "transformers static+compile"
 PKG_EAGER = "package eager"
 FLOOR = "floor (F.linear only)"
+BOUND_MS: list[float] = []  # the memory-bandwidth bound of a step, measured once in main
 FLOOR_PACKED = "floor (linears, inductor-packed)"
 
 
@@ -248,6 +252,26 @@ def hf_static_generate(model, forward, prompt, steps):
 # --------------------------------------------------------------------------- floor
 
 
+def memory_bandwidth(gib: float = 1.0, repeats: int = 5) -> float:
+    """Bytes/s this host reads: the best of `repeats` sums of a `gib` GiB fp32 tensor with
+    the benchmark's threads. Decode reads every weight once a step, so weights / this is the
+    physical floor of a step (`bound_ms`)."""
+    x = torch.ones(int(gib * 2**30) // 4, dtype=torch.float32)
+    x.sum()  # touch every page first
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - start)
+    return x.numel() * x.element_size() / best
+
+
+def bound_ms(model, bandwidth: float) -> float:
+    """ms a decode step needs at least to read the model's weights once (tied ones once)."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    return weights / bandwidth * 1e3
+
+
 def step_linears(model):
     """(weight, bias, in_features) of every linear one decode step runs, in order."""
     weights = []
@@ -399,6 +423,8 @@ def report(batch, results, compile_s, recompiles, nodes, pkg_compiled, layers):
             f"{med[label] / med[HF_EAGER]:>9.2f}x {same}"
         )
     line = f"compiled/eager {compiled / eager:.2f}x, compiled/floor {compiled / floor:.2f}x"
+    if BOUND_MS:
+        line += f", compiled/bandwidth bound {compiled / BOUND_MS[0]:.2f}x"
     if packed is not None:
         line += f", compiled/packed floor {compiled / packed:.2f}x"
     if static is not None:
@@ -458,6 +484,12 @@ def main(argv: list[str] | None = None) -> int:
             f"llama {params / 1e6:.1f}M params, fp32, B={batches}, prompt {args.prompt_len}, "
             f"{args.steps} decode steps, {torch.get_num_threads()} threads, torch "
             f"{torch.__version__}"
+        )
+        bandwidth = memory_bandwidth()
+        BOUND_MS[:] = [bound_ms(hf, bandwidth)]
+        print(
+            f"memory bandwidth {bandwidth / 1e9:.1f} GB/s (a 1 GiB fp32 sum): reading the "
+            f"weights once bounds a decode step at {BOUND_MS[0]:.2f} ms"
         )
         for batch in batches:
             out = bench_batch(args, pkg, hf, ckpt, batch)
