@@ -31,7 +31,9 @@ from typing import Any
 
 DENSE_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 MOE_MODEL_TYPES = ("qwen3_moe", "qwen2_moe", "mixtral")
-SUPPORTED_MODEL_TYPES = (*DENSE_MODEL_TYPES, *MOE_MODEL_TYPES)
+# MLA + DeepSeek MoE; Kimi-K2's config.json says kimi_k2 for DeepSeek-V3's architecture.
+MLA_MODEL_TYPES = ("deepseek_v3", "kimi_k2", "deepseek_v2")
+SUPPORTED_MODEL_TYPES = (*DENSE_MODEL_TYPES, *MOE_MODEL_TYPES, *MLA_MODEL_TYPES)
 ROPE_SCALINGS = ("none", "linear", "llama3", "yarn")
 REQUIRED = (
     "vocab_size",
@@ -40,6 +42,14 @@ REQUIRED = (
     "num_hidden_layers",
     "num_attention_heads",
 )
+_DEEPSEEK_V3 = {
+    "rms_norm_eps": 1e-6, "max_position_embeddings": 4096, "n_routed_experts": 256,
+    "num_experts_per_tok": 8, "moe_intermediate_size": 2048, "n_shared_experts": 1,
+    "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "n_group": 8,
+    "topk_group": 4, "norm_topk_prob": True, "routed_scaling_factor": 2.5,
+    "rope_interleave": True, "topk_method": "noaux_tc",
+}  # fmt: skip
 # transformers' config-class defaults for the keys a config.json may leave out
 # (LlamaConfig, Qwen2Config, Qwen3Config, MistralConfig).
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -60,6 +70,16 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "mixtral": {
         "rms_norm_eps": 1e-5, "max_position_embeddings": 131072, "num_experts": 8,
         "num_experts_per_tok": 2,
+    },
+    # DeepseekV3Config (Kimi-K2 ships a DeepSeek-V3 config), DeepseekV2Config
+    "deepseek_v3": _DEEPSEEK_V3,
+    "kimi_k2": _DEEPSEEK_V3,
+    "deepseek_v2": {
+        "rms_norm_eps": 1e-6, "max_position_embeddings": 2048, "n_routed_experts": 64,
+        "moe_intermediate_size": 1407, "n_shared_experts": 2, "first_k_dense_replace": 0,
+        "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64, "v_head_dim": 128, "routed_scaling_factor": 1.0,
+        "topk_method": "greedy",
     },
 }  # fmt: skip
 # rope_theta when config.json gives none (MixtralConfig.default_theta; the others 10000).
@@ -206,6 +226,11 @@ def read_hf_config(path: str | Path) -> HFConfig:
     if _flag(cfg, "mlp_bias", where):
         raise HFConfigError(f"{where}: mlp_bias=true is not supported")
     vocab, hidden, inter, layers, heads = (_positive_int(cfg[k], k, where) for k in REQUIRED)
+    if model_type in MLA_MODEL_TYPES:  # MLA has no KV heads (its config's are unused)
+        rope_dim = _positive_int(cfg.get("qk_rope_head_dim"), "qk_rope_head_dim", where)
+        if rope_dim % 2:
+            raise HFConfigError(f"{where}: qk_rope_head_dim must be even, got {rope_dim}")
+        cfg = {**cfg, "num_key_value_heads": heads, "head_dim": rope_dim}
     kv_heads = _positive_int(cfg.get("num_key_value_heads", heads), "num_key_value_heads", where)
     head_dim = _positive_int(cfg.get("head_dim", hidden // heads), "head_dim", where)
     if heads % kv_heads:
@@ -223,12 +248,14 @@ def read_hf_config(path: str | Path) -> HFConfig:
             "template does not support"
         )
     _reject_sliding_window(raw, cfg, model_type, where)
+    _reject_quantized(raw, where)
     eps = _positive_float(cfg["rms_norm_eps"], "rms_norm_eps", where)
     tie = _flag(cfg, "tie_word_embeddings", where)
     max_pos = _positive_int(cfg["max_position_embeddings"], "max_position_embeddings", where)
     moe = model_type in MOE_MODEL_TYPES
+    family = "mla" if model_type in MLA_MODEL_TYPES else "moe" if moe else "dense"
     architecture: dict[str, Any] = {
-        "family": "moe" if moe else "dense",
+        "family": family,
         "vocab_size": vocab,
         "hidden_size": hidden,
         "num_hidden_layers": layers,
@@ -244,8 +271,15 @@ def read_hf_config(path: str | Path) -> HFConfig:
         "attention_bias": model_type == "qwen2"
         or (model_type == "qwen2_moe" and _flag(cfg, "qkv_bias", where)),
     }
+    mscale_all_dim = architecture.pop("rope_mscale_all_dim", None)
     if moe:
         architecture.update(_moe(raw, cfg, model_type, layers, inter, where))
+    if model_type in MLA_MODEL_TYPES:
+        for gqa_only in ("num_key_value_heads", "head_dim"):  # MLA caches a latent instead
+            architecture.pop(gqa_only)
+        architecture.update(_mla(raw, cfg, model_type, layers, heads, where))
+        if mscale_all_dim is not None:
+            architecture["rope_mscale_all_dim"] = mscale_all_dim
     dtype = raw.get("dtype", raw.get("torch_dtype"))
     return HFConfig(
         file=file,
@@ -510,4 +544,105 @@ def _yarn(
         "rope_beta_slow": _optional_number(spec, "beta_slow", field, where) or 1.0,
         "rope_attention_factor": attention or 0.0,
         "rope_truncate": bool(truncate),
+        # MLA's softmax scale (transformers' yarn_apply_mscale); read by family mla only
+        "rope_mscale_all_dim": mscale_all_dim or 0.0,
+    }
+
+
+def _reject_quantized(raw: dict[str, Any], where: str) -> None:
+    """Quantized checkpoints are refused: the package loads float weights. DeepSeek-V3/R1
+    ship fp8 blocks (`weight_scale_inv` per 128 x 128); cann-recipes-infer converts them
+    first (models/deepseek_r1/utils/convert_model.py), and so must a user of this package."""
+    quant = raw.get("quantization_config")
+    if quant is None:
+        return
+    method = quant.get("quant_method") if isinstance(quant, dict) else quant
+    raise HFConfigError(
+        f"{where}: quantization_config ({method!r}) is not supported: the package loads "
+        "bfloat16/float16/float32 weights; dequantise the checkpoint first (for DeepSeek's "
+        "fp8 blocks, weight * weight_scale_inv per 128 x 128 block) and drop "
+        "quantization_config"
+    )
+
+
+def _int_at_least(cfg: dict[str, Any], key: str, low: int, where: str) -> int:
+    value = cfg.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise HFConfigError(f"{where}: {key} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def _mla(
+    raw: dict[str, Any], cfg: dict[str, Any], model_type: str, layers: int, heads: int, where: str
+) -> dict[str, Any]:
+    """MLA attention and DeepSeek MoE (transformers' DeepseekV3Config / DeepseekV2Config and
+    their modeling files): which layers are MoE, the router, the latent sizes."""
+    names = ("n_routed_experts", "num_local_experts", "num_experts")
+    experts = {key: raw[key] for key in names if raw.get(key) is not None}
+    if len(set(experts.values())) > 1:
+        raise HFConfigError(f"{where}: the expert counts contradict each other: {experts}")
+    num_experts = next(iter(experts.values()), cfg["n_routed_experts"])
+    num_experts = _positive_int(num_experts, "n_routed_experts", where)
+    top_k = _positive_int(cfg.get("num_experts_per_tok"), "num_experts_per_tok", where)
+    v3 = model_type != "deepseek_v2"
+    method = cfg.get("topk_method")
+    # transformers' DeepseekV3TopkRouter always routes noaux_tc with sigmoid scores;
+    # DeepseekV2TopkRouter greedy or group_limited_greedy over softmax scores.
+    methods = ("noaux_tc",) if v3 else ("greedy", "group_limited_greedy")
+    if method not in methods:
+        raise HFConfigError(
+            f"{where}: topk_method {method!r} is not supported for {model_type} "
+            f"(supported: {', '.join(methods)})"
+        )
+    scoring = cfg.get("scoring_func", "sigmoid" if v3 else "softmax")
+    if scoring != ("sigmoid" if v3 else "softmax"):
+        raise HFConfigError(f"{where}: scoring_func {scoring!r} does not go with {method}")
+    grouped = method != "greedy"
+    n_group = _int_at_least(cfg, "n_group", 1, where) if grouped else 1
+    topk_group = _int_at_least(cfg, "topk_group", 1, where) if grouped else 1
+    if num_experts % n_group or topk_group > n_group:
+        raise HFConfigError(
+            f"{where}: n_routed_experts ({num_experts}) must split into n_group ({n_group}) "
+            f"groups, topk_group ({topk_group}) of them chosen"
+        )
+    if top_k > num_experts // n_group * topk_group:
+        raise HFConfigError(
+            f"{where}: num_experts_per_tok ({top_k}) exceeds the experts of the topk_group "
+            f"chosen groups ({num_experts // n_group * topk_group})"
+        )
+    first_dense = _int_at_least(cfg, "first_k_dense_replace", 0, where)
+    freq = _int_at_least({"moe_layer_freq": 1, **cfg}, "moe_layer_freq", 1, where)
+    if not any(i >= first_dense and i % freq == 0 for i in range(layers)):
+        raise HFConfigError(
+            f"{where}: no layer is MoE (first_k_dense_replace={first_dense}, "
+            f"moe_layer_freq={freq}, {layers} layers)"
+        )
+    # null means no query latent (DeepSeek-V2-Lite), not the config class's default
+    q_lora = raw["q_lora_rank"] if "q_lora_rank" in raw else cfg.get("q_lora_rank")
+    rope_dim = _positive_int(cfg["qk_rope_head_dim"], "qk_rope_head_dim", where)
+    if rope_dim % 2:
+        raise HFConfigError(f"{where}: qk_rope_head_dim must be even, got {rope_dim}")
+    scaling = _positive_float(cfg["routed_scaling_factor"], "routed_scaling_factor", where)
+    return {
+        "q_lora_rank": 0 if q_lora is None else _positive_int(q_lora, "q_lora_rank", where),
+        "kv_lora_rank": _positive_int(cfg["kv_lora_rank"], "kv_lora_rank", where),
+        "qk_nope_head_dim": _positive_int(cfg["qk_nope_head_dim"], "qk_nope_head_dim", where),
+        "qk_rope_head_dim": rope_dim,
+        "v_head_dim": _positive_int(cfg["v_head_dim"], "v_head_dim", where),
+        "num_experts": num_experts,
+        "num_experts_per_tok": top_k,
+        "moe_intermediate_size": _positive_int(
+            cfg["moe_intermediate_size"], "moe_intermediate_size", where
+        ),
+        "n_shared_experts": _int_at_least(cfg, "n_shared_experts", 0, where),
+        "first_k_dense_replace": first_dense,
+        "moe_layer_freq": freq,
+        "topk_method": method,
+        "n_group": n_group,
+        "topk_group": topk_group,
+        # DeepseekV2TopkRouter never renormalises, whatever the config says
+        "norm_topk_prob": _flag(cfg, "norm_topk_prob", where) if v3 else False,
+        "routed_scaling_factor": scaling,
+        # DeepSeek-V2 rotates pairs (complex); V3 as rope_interleave says (default true)
+        "rope_interleave": _flag(cfg, "rope_interleave", where, True) if v3 else True,
     }

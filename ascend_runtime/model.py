@@ -19,6 +19,7 @@ from torch import nn
 
 from .block_allocator import BlockAllocator, pool_blocks
 from .kv_cache import KVCache
+from .latent_cache import LatentCache, PagedLatentCache
 from .ops import Lengths
 from .paged_kv_cache import PagedKVCache
 
@@ -40,7 +41,9 @@ class AttentionMetadata(NamedTuple):
 
 class CausalLM(nn.Module):
     """Base of a package's Transformer: `self.args` (with kv_cache, block_size and
-    kv_cache_tokens), `self.rotary`, and `attention_modules()` holding `kv_cache`."""
+    kv_cache_tokens), `self.rotary`, and `attention_modules()` holding `kv_cache`: K and V
+    of `num_kv_heads` x `head_dim`, or, for an attention module with `latent_dims`
+    (kv_lora_rank, rope dim), MLA's latent cache (latent_cache.py)."""
 
     args: Any
     block_allocator: BlockAllocator | None = None
@@ -79,6 +82,10 @@ class CausalLM(nn.Module):
                     "kv_cache_tokens and block_size set a paged cache; this one is contiguous"
                 )
             for attn in self.attention_modules():
+                latent = getattr(attn, "latent_dims", None)  # MLA: (kv_lora_rank, rope dim)
+                if latent:
+                    attn.kv_cache = LatentCache(batch_size, max_seq_len, *latent, attn.ops, **where)
+                    continue
                 attn.kv_cache = KVCache(
                     batch_size, attn.num_kv_heads, max_seq_len, attn.head_dim, attn.ops, **where
                 )
@@ -92,6 +99,10 @@ class CausalLM(nn.Module):
             device=weight.device,
         )
         for attn in self.attention_modules():
+            latent = getattr(attn, "latent_dims", None)
+            if latent:
+                attn.kv_cache = PagedLatentCache(self.block_allocator, *latent, attn.ops, **where)
+                continue
             attn.kv_cache = PagedKVCache(
                 self.block_allocator, attn.num_kv_heads, attn.head_dim, attn.ops, **where
             )

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from . import ops
+from .args import kv_cache_widths
 from .block_allocator import BUDGET_KEY, pool_blocks, request_blocks
 from .config import (
     NEW_TOKENS_KEY,
@@ -95,7 +96,7 @@ def check_memory(spec: ModelSpec, args, config: InferenceConfig) -> None:
     with torch.device("meta"):
         shapes = spec.model_class(args, ops.load("portable"))
     weights = sum(p.numel() for p in shapes.parameters()) * element
-    per_position = 2 * args.num_hidden_layers * args.num_key_value_heads * args.head_dim * element
+    per_position = args.num_hidden_layers * sum(kv_cache_widths(args)) * element
     scheduler = config.scheduler_config
     if args.kv_cache == "paged":
         tokens, block = scheduler.kv_cache_tokens or args.kv_cache_tokens, args.block_size

@@ -69,7 +69,7 @@ class StableDecode:
 
     def _cache(self) -> torch.Tensor:
         attn = next(iter(self.model.attention_modules()))
-        return attn.kv_cache.k_cache
+        return next(attn.kv_cache.buffers())  # K (or the MLA latent) of layer 0
 
     def __call__(self, **kwargs):
         if self.signature is None:

@@ -13,6 +13,7 @@ when one does not fit; keys that do not match are listed, missing and unexpected
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ class Source:
 # Buffers older transformers releases saved with the weights (LlamaRotaryEmbedding's
 # inv_freq, src/transformers/models/llama/modeling_llama.py); this package computes them.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+log = logging.getLogger(__name__)
 _MAX_LISTED = 12
 
 
@@ -164,6 +166,29 @@ def _listing(keys: set[str]) -> str:
     return ", ".join(shown) + (f", ... ({more} more)" if more else "")
 
 
+def _mtp_keys(path: str | Path, keys, num_layers: int) -> set[str]:
+    """DeepSeek's multi-token-prediction layers (`num_nextn_predict_layers` of them, stored
+    as model.layers.{num_hidden_layers}...): this package decodes one token a step, so their
+    tensors are skipped, with one line saying so."""
+    try:
+        raw, _ = load_json(path)
+    except HFConfigError:
+        return set()
+    extra = raw.get("num_nextn_predict_layers")
+    if isinstance(extra, bool) or not isinstance(extra, int) or extra < 1:
+        return set()
+    prefixes = tuple(f"model.layers.{i}." for i in range(num_layers, num_layers + extra))
+    skipped = {k for k in keys if k.startswith(prefixes)}
+    if skipped:
+        log.warning(
+            "skipping %d tensors of %d multi-token-prediction layer(s) (num_nextn_predict_"
+            "layers): this package decodes one token per step",
+            len(skipped),
+            extra,
+        )
+    return skipped
+
+
 def _chosen(candidates: list[Source], available: dict[str, Path]) -> Source:
     """The source the checkpoint holds most keys of (the first of equals): complete when
     the checkpoint fits, else the one whose missing keys are worth reporting."""
@@ -187,6 +212,7 @@ def _checkpoint_tensors(
     }
     needed = {key for source in chosen.values() for key in source.keys}
     ignored = {k for k in files if k.endswith(_IGNORED_SUFFIXES)}
+    ignored |= _mtp_keys(path, files, model.args.num_hidden_layers)
     if model.args.tie_word_embeddings:
         ignored.add("lm_head.weight")
     missing = needed - files.keys()

@@ -119,7 +119,7 @@ def new_model(
     ),
     **flags: Any,
 ) -> None:
-    """Interview for a GQA decoder (dense or MoE) and render its package.
+    """Interview for a decoder (dense GQA, MoE, or MLA + DeepSeek MoE) and render its package.
 
     Exit code: 0 written; 1 aborted (Ctrl-C, end of input, or the summary not confirmed),
     nothing written; 2 bad input, nothing written.

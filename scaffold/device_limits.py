@@ -289,6 +289,47 @@ class MoeFinalizeRoutingLimits:
 
 
 @dataclass(frozen=True)
+class MlaAttentionLimits:
+    """npu_fused_infer_attention_score in its MLA mode (query_rope and key_rope given): the
+    absorbed decode of DeepSeek-V2/V3 over the latent (copier.yml's ``mla_attention``: the
+    render-time choice reads it)."""
+
+    # docs (query_rope/key_rope 参数约束): "query_rope配置时要求query的S为1-16、N为32、64、128,
+    # D为512 ... D为64. key_rope配置时要求key的N为1, D为512 ... D为64"
+    query_heads: tuple[int, ...] = (32, 64, 128)
+    latent_dim: int = 512
+    rope_dim: int = 64
+    max_query_len: int = 16
+    # docs: "query_rope和key_rope要求同时配置或同时不配置"; "该场景下, 必须开启PageAttention, 此时
+    # block_size支持16、128"
+    block_sizes: tuple[int, ...] = (16, 128)
+    # docs: "Q_S等于1时支持sparse=0且不传mask或sparse=4且传入mask"
+    decode_sparse_modes: tuple[int, ...] = (0,)
+    # docs (query_rope/key_rope): "数据类型支持float16、bfloat16"
+    dtypes: tuple[str, ...] = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class MoeGatingTopKLimits:
+    """torch_npu.npu_moe_gating_top_k (DeepSeek-V3's grouped sigmoid routing; copier.yml's
+    ``moe_gating_top_k``)."""
+
+    # docs (x): "数据类型支持float16、bfloat16、float32 ... 最后一维的大小（即专家数）要求不大于
+    # 2048"
+    dtypes: tuple[str, ...] = ("float16", "bfloat16", "float32")
+    max_experts: int = 2_048
+    # docs (group_count): "x_shape[-1]能够被group_count整除且整除后的结果大于2，并且整除的结果
+    # 按照32个数对齐后乘group_count的结果不大于2048"
+    min_group_size: int = 3
+    group_align: int = 32
+    # docs (renorm): "当前仅支持0"; (norm_type) "1表示使用Sigmoid函数，0表示Softmax函数";
+    # (group_select_mode) "0表示组内取最大值 ... 1表示取组内Top2的专家进行得分累加"
+    renorms: tuple[int, ...] = (0,)
+    norm_types: tuple[int, ...] = (0, 1)
+    group_select_modes: tuple[int, ...] = (0, 1)
+
+
+@dataclass(frozen=True)
 class DeviceLimits:
     attention: AttentionLimits = AttentionLimits()
     rotary: RotaryLimits = RotaryLimits()
@@ -302,6 +343,8 @@ class DeviceLimits:
     grouped_matmul: GroupedMatmulLimits = GroupedMatmulLimits()
     swiglu: SwigluLimits = SwigluLimits()
     moe_finalize_routing: MoeFinalizeRoutingLimits = MoeFinalizeRoutingLimits()
+    mla_attention: MlaAttentionLimits = MlaAttentionLimits()
+    moe_gating_top_k: MoeGatingTopKLimits = MoeGatingTopKLimits()
 
 
 # The docs' own values per platform, before copier.yml's table is laid over them.
@@ -357,6 +400,16 @@ DOC_NOTES = (
     "npu_fused_infer_attention_score: 'actual_seq_qlen和actual_seq_kvlen的元素个数不大于4096' is "
     "in the _v2 docs' TND/NTD_TND clause only; the v1 op's batch limit is B <= 65536 (both "
     "branches). copier.yml's batch_size validator caps the decode batch at 4096 anyway.",
+    "npu_fused_infer_attention_score MLA mode: the v1 op's docs take query N 32/64/128 only; "
+    "the _v2 op's take 1/2/4/.../128 (vllm-ascend pads heads to a power of two for older CANN). "
+    "The package calls v1, so DeepSeek-V2-Lite's 16 heads take the plain-torch decode.",
+    "npu_moe_gating_top_k: the docs do not say how y_out is normalised for norm_type=1; "
+    "cann-recipes-infer's models/deepseek_r1 uses it as the final weights for noaux_tc with "
+    "norm_topk_prob (renormalised by their sum + eps, times routed_scaling_factor), and the "
+    "package calls it only there.",
+    "npu_interleave_rope and npu_kv_rmsnorm_rope_cache(_v2) have schemas, meta kernels and GE "
+    "converters in the wheel but no docs (no layout or limits): the package keeps the unfused "
+    "chain (npu_rms_norm, RoPE in torch, the in-place cache writes).",
     "npu_scatter_nd_update(_): 支持的型号 lists Atlas A2/A3 (and training/inference cards), not "
     "950; its 950 limits are A3's. Duplicate indices are not addressed by the docs (the "
     "emulation writes them in order, the last wins).",

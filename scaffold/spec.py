@@ -46,6 +46,11 @@ class ModelSpec:
     num_key_value_heads: int
     head_dim: int
     intermediate_size: int
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
     num_experts: int
     num_experts_per_tok: int
     moe_intermediate_size: int
@@ -54,6 +59,13 @@ class ModelSpec:
     mlp_only_layers: str
     shared_expert_intermediate_size: int
     shared_expert_gate: bool
+    n_shared_experts: int
+    first_k_dense_replace: int
+    moe_layer_freq: int
+    topk_method: str
+    n_group: int
+    topk_group: int
+    routed_scaling_factor: float
     rope_theta: float
     rope_scaling: str
     rope_scaling_factor: float
@@ -64,6 +76,8 @@ class ModelSpec:
     rope_beta_slow: float
     rope_attention_factor: float
     rope_truncate: bool
+    rope_mscale_all_dim: float
+    rope_interleave: bool
     rms_norm_eps: float
     tie_word_embeddings: bool
     qk_norm: bool
@@ -122,7 +136,11 @@ class ModelSpec:
 
 
 def moe_layers(a: Mapping[str, Any]) -> tuple[int, ...]:
-    """The MoE layers of family moe answers (none for dense): the template's own rule."""
+    """The MoE layers of family moe or mla answers (none for dense): the template's rules
+    (ascend_runtime.args.moe_layers)."""
+    if a["family"] == "mla":
+        first, every = a["first_k_dense_replace"], a["moe_layer_freq"]
+        return tuple(i for i in range(a["num_hidden_layers"]) if i >= first and i % every == 0)
     if a["family"] != "moe":
         return ()
     only = parse_layer_list(a["mlp_only_layers"])
@@ -133,8 +151,35 @@ def _swiglu(hidden: int, intermediate: int) -> int:
     return 3 * hidden * intermediate
 
 
+def _mla_parameter_count(a: Mapping[str, Any]) -> int:
+    """Weights of the MLA decoder (DeepSeek) these answers describe."""
+    hidden, heads = a["hidden_size"], a["num_attention_heads"]
+    qk = a["qk_nope_head_dim"] + a["qk_rope_head_dim"]
+    latent, rank = a["kv_lora_rank"], a["q_lora_rank"]
+    query = hidden * heads * qk if not rank else hidden * rank + rank + rank * heads * qk
+    attention = (
+        query
+        + hidden * (latent + a["qk_rope_head_dim"])
+        + latent
+        + latent * heads * (a["qk_nope_head_dim"] + a["v_head_dim"])
+        + heads * a["v_head_dim"] * hidden
+    )
+    moe_width = a["moe_intermediate_size"]
+    moe = a["num_experts"] * _swiglu(hidden, moe_width) + a["num_experts"] * hidden
+    moe += _swiglu(hidden, moe_width * a["n_shared_experts"])
+    if a["topk_method"] == "noaux_tc":
+        moe += a["num_experts"]  # e_score_correction_bias
+    layers, n_moe = a["num_hidden_layers"], len(moe_layers(a))
+    dense = _swiglu(hidden, a["intermediate_size"])
+    blocks = layers * (attention + 2 * hidden) + (layers - n_moe) * dense + n_moe * moe
+    embeddings = a["vocab_size"] * hidden * (1 if a["tie_word_embeddings"] else 2)
+    return blocks + embeddings + hidden
+
+
 def parameter_count(a: Mapping[str, Any]) -> int:
-    """Weights of the GQA decoder (dense or MoE) these answers describe."""
+    """Weights of the decoder (dense, MoE or MLA) these answers describe."""
+    if a["family"] == "mla":
+        return _mla_parameter_count(a)
     hidden, head_dim = a["hidden_size"], a["head_dim"]
     q, kv = a["num_attention_heads"] * head_dim, a["num_key_value_heads"] * head_dim
     attention = hidden * (q + 2 * kv) + q * hidden
@@ -176,10 +221,28 @@ def kv_cache_tokens(a: Mapping[str, Any]) -> int:
     return a["batch_size"] * (a["max_seq_len"] + CACHE_SPARE_POSITIONS)
 
 
+def kv_widths(a: Mapping[str, Any]) -> tuple[int, ...]:
+    """Elements cached per token per layer, per cache tensor (ascend_runtime.args
+    .kv_cache_widths): K and V of kv_heads x head_dim, or MLA's latent and rope key."""
+    if a["family"] == "mla":
+        return (a["kv_lora_rank"], a["qk_rope_head_dim"])
+    width = a["num_key_value_heads"] * a["head_dim"]
+    return (width, width)
+
+
+def kv_bytes_per_token(a: Mapping[str, Any]) -> int:
+    return a["num_hidden_layers"] * sum(kv_widths(a)) * DTYPE_BYTES[a["dtype"]]
+
+
+def gqa_equivalent_kv_bytes_per_token(a: Mapping[str, Any]) -> int:
+    """What MLA's heads would cache as plain K and V (every head's qk and v dims)."""
+    per_head = a["qk_nope_head_dim"] + a["qk_rope_head_dim"] + a["v_head_dim"]
+    return a["num_hidden_layers"] * a["num_attention_heads"] * per_head * DTYPE_BYTES[a["dtype"]]
+
+
 def kv_cache_bytes(a: Mapping[str, Any]) -> int:
-    """K and V buffers of every layer, kv_heads x head_dim per token position."""
-    per_layer = 2 * kv_cache_tokens(a) * a["num_key_value_heads"] * a["head_dim"]
-    return a["num_hidden_layers"] * per_layer * DTYPE_BYTES[a["dtype"]]
+    """The cache buffers of every layer, kv_widths elements per token position."""
+    return kv_cache_tokens(a) * kv_bytes_per_token(a)
 
 
 def gib(n_bytes: int) -> str:
@@ -243,7 +306,9 @@ def _moe_layers_problem(a: Mapping[str, Any]) -> str | None:
 _MOE_FIELDS = (
     "family", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
     "decoder_sparse_step", "mlp_only_layers", "shared_expert_intermediate_size",
-    "shared_expert_gate",
+    "shared_expert_gate", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+    "qk_rope_head_dim", "v_head_dim", "n_shared_experts", "first_k_dense_replace",
+    "moe_layer_freq", "topk_method",
 )  # fmt: skip
 _MEMORY_FIELDS = (
     *_MOE_FIELDS,

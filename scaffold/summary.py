@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from .render import BACKUP_DIR, Placement
-from .spec import CACHE_SPARE_POSITIONS, ModelSpec, gib, moe_layers, paged_blocks
+from .spec import (
+    CACHE_SPARE_POSITIONS,
+    ModelSpec,
+    gib,
+    gqa_equivalent_kv_bytes_per_token,
+    kv_bytes_per_token,
+    moe_layers,
+    paged_blocks,
+)
 
 _MODES = {
     "eager": "prefill and decode eager; nothing is compiled",
@@ -15,6 +23,22 @@ _MODES = {
 def npu_ops(spec: ModelSpec) -> list[str]:
     """The NPU ops the rendered package calls (ascend_runtime/ops/npu.py), and what falls back."""
     attention = "torchair.ops" if spec.fa_interface == "torchair" else "torch_npu"
+    if spec.family == "mla":
+        return [
+            f"{attention}.npu_fused_infer_attention_score (prefill; decode's absorbed "
+            "attention in plain torch: the fused MLA mode is not used yet)",
+            "torch_npu.npu_rms_norm",
+            "rotary in plain torch (interleaved)"
+            if spec.rope_interleave
+            else "torch_npu.npu_apply_rotary_pos_emb"
+            if spec.computed["fused_rotary"]
+            else "rotary in plain torch",
+            "torch_npu.npu_scatter_nd_update_"
+            if spec.kv_cache == "paged"
+            else "torch_npu.scatter_update_",
+            "DeepSeek routing in plain torch",
+            *(f"torch_npu.{op}" for op in MOE_OPS[1:]),
+        ]
     rotary = (
         "torch_npu.npu_apply_rotary_pos_emb"
         if spec.computed["fused_rotary"]
@@ -43,6 +67,30 @@ MOE_OPS = (
 )
 
 
+def _mla_lines(spec: ModelSpec) -> list[str]:
+    a = spec.answers()
+    layers = moe_layers(a)
+    groups = (
+        f" from the best {spec.topk_group} of {spec.n_group} groups" if spec.n_group > 1 else ""
+    )
+    shared = f", {spec.n_shared_experts} shared" if spec.n_shared_experts else ""
+    mla, gqa = kv_bytes_per_token(a), gqa_equivalent_kv_bytes_per_token(a)
+    return [
+        f"  model       {spec.num_hidden_layers} layers, hidden {spec.hidden_size}, "
+        f"{spec.num_attention_heads} heads of MLA (q_lora {spec.q_lora_rank or 'none'}, "
+        f"kv_lora {spec.kv_lora_rank}, qk {spec.qk_nope_head_dim}+{spec.qk_rope_head_dim}, "
+        f"v {spec.v_head_dim}), MLP {spec.intermediate_size}, vocab {spec.vocab_size:,}",
+        f"  MoE         {spec.num_experts} experts x {spec.moe_intermediate_size}, top-"
+        f"{spec.num_experts_per_tok} ({spec.topk_method}{groups}){shared} in layers "
+        f"{layers[0]}..{layers[-1]}"
+        + (f" every {spec.moe_layer_freq}" if spec.moe_layer_freq > 1 else "")
+        + "; decode graph static in the routing",
+        f"  KV / token  {mla:,} bytes (latent {spec.kv_lora_rank} + rope key "
+        f"{spec.qk_rope_head_dim}, one head, x {spec.num_hidden_layers} layers) against "
+        f"{gqa:,} for K and V of {spec.num_attention_heads} heads: {gqa / mla:.1f}x less",
+    ]
+
+
 def _moe_line(spec: ModelSpec) -> list[str]:
     if spec.family != "moe":
         return []
@@ -63,14 +111,22 @@ def _moe_line(spec: ModelSpec) -> list[str]:
 
 
 def _kv_cache_line(s: ModelSpec) -> str:
+    parts = "latent,rope" if s.family == "mla" else "K,V"
     if s.kv_cache == "paged":
         blocks = paged_blocks(s.answers())
         return (
             f"  KV cache    paged: {blocks:,} block{'s' if blocks != 1 else ''} of "
             f"{s.block_size} tokens + 1 null block "
             f"(budget {s.kv_cache_tokens:,} tokens for batch_size {s.batch_size}, rows of up to "
-            f"{s.max_seq_len:,}) x K,V x {s.num_hidden_layers} layers, preallocated, written in "
-            f"place at slot_mapping: {gib(s.kv_cache_bytes)}"
+            f"{s.max_seq_len:,}) x {parts} x {s.num_hidden_layers} layers, preallocated, "
+            f"written in place at slot_mapping: {gib(s.kv_cache_bytes)}"
+        )
+    if s.family == "mla":
+        return (
+            f"  KV cache    ({s.batch_size}, 1, {s.max_seq_len + CACHE_SPARE_POSITIONS:,}, "
+            f"{s.kv_lora_rank} + {s.qk_rope_head_dim}) x {s.num_hidden_layers} layers, "
+            f"preallocated, written in place: {gib(s.kv_cache_bytes)} (batch_size "
+            f"{s.batch_size}, max_seq_len {s.max_seq_len:,})"
         )
     return (
         f"  KV cache    BNSD ({s.batch_size}, {s.num_key_value_heads}, "
@@ -82,12 +138,19 @@ def _kv_cache_line(s: ModelSpec) -> str:
 
 def design_summary(spec: ModelSpec, placement: Placement) -> str:
     s, computed = spec, spec.computed
+    model = (
+        _mla_lines(s)
+        if s.family == "mla"
+        else [
+            f"  model       {s.num_hidden_layers} layers, hidden {s.hidden_size}, "
+            f"{s.num_attention_heads} query / {s.num_key_value_heads} KV heads, head_dim "
+            f"{s.head_dim}, MLP {s.intermediate_size}, vocab {s.vocab_size:,}",
+            *_moe_line(s),
+        ]
+    )
     lines = [
         f"design summary for {s.model_name}:",
-        f"  model       {s.num_hidden_layers} layers, hidden {s.hidden_size}, "
-        f"{s.num_attention_heads} query / {s.num_key_value_heads} KV heads, head_dim "
-        f"{s.head_dim}, MLP {s.intermediate_size}, vocab {s.vocab_size:,}",
-        *_moe_line(s),
+        *model,
         f"  weights     {s.parameter_count / 1e6:,.1f} M parameters, {gib(s.weight_bytes)} "
         f"in {s.dtype}",
         f"  exe_mode    {s.exe_mode}: {_MODES[s.exe_mode]}",

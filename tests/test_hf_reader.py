@@ -325,7 +325,7 @@ REFUSED = {
     "unsupported-model-type": (
         {"model_type": "gpt2"},
         "model_type 'gpt2' is not supported (supported: llama, qwen2, qwen3, mistral, "
-        "qwen3_moe, qwen2_moe, mixtral)",
+        "qwen3_moe, qwen2_moe, mixtral, deepseek_v3, kimi_k2, deepseek_v2)",
     ),
     "moe-top-k-above-experts": (
         {"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 6},

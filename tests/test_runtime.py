@@ -58,13 +58,33 @@ def test_packages_ask_for_the_runtime_api_they_were_rendered_for():
     assert '"ascend-scaffold>={{ runtime_api }},<{{ runtime_next }}"' in template
 
 
-def test_the_fused_rotary_head_dims_are_the_device_tables():
-    """ops/npu.py picks the fused rotary by head_dim (it imports torch_npu: read, not run)."""
+def _npu_constants() -> dict:
+    """ops/npu.py's module-level constants (it imports torch_npu: read, not run)."""
     tree = ast.parse((RUNTIME / "ops/npu.py").read_text())
-    (value,) = [
-        node.value
+    return {
+        node.targets[0].id: ast.literal_eval(node.value)
         for node in tree.body
-        if isinstance(node, ast.Assign) and node.targets[0].id == "FUSED_ROTARY_HEAD_DIMS"
-    ]
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id.isupper()
+    }  # fmt: skip
+
+
+def test_the_fused_rotary_head_dims_are_the_device_tables():
+    """ops/npu.py picks the fused rotary by head_dim."""
     for platform in ("A2", "A3"):
-        assert LIMITS[platform].rotary.head_dims == ast.literal_eval(value), platform
+        assert LIMITS[platform].rotary.head_dims == _npu_constants()["FUSED_ROTARY_HEAD_DIMS"]
+
+
+def test_the_fused_mla_and_gating_limits_are_the_device_tables():
+    """ops/npu.py picks the MLA mode of the fused attention and npu_moe_gating_top_k from the
+    shapes; the emulation and copier.yml's computed fused_* values read the device tables."""
+    constants = _npu_constants()
+    for platform in ("A2", "A3"):
+        mla, gating = LIMITS[platform].mla_attention, LIMITS[platform].moe_gating_top_k
+        assert constants["FUSED_MLA_LATENT_DIM"] == mla.latent_dim
+        assert constants["FUSED_MLA_ROPE_DIM"] == mla.rope_dim
+        assert constants["FUSED_MLA_QUERY_HEADS"] == mla.query_heads
+        assert constants["FUSED_MLA_BLOCK_SIZES"] == mla.block_sizes
+        assert constants["GATING_TOP_K_MAX_EXPERTS"] == gating.max_experts
+        assert constants["GATING_TOP_K_MIN_GROUP"] == gating.min_group_size
+        assert constants["GATING_TOP_K_ALIGN"] == gating.group_align

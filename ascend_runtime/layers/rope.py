@@ -7,17 +7,19 @@ from .rope_scaling import scale_frequencies
 
 
 class RotaryEmbedding(nn.Module):
-    """Reads head_dim, rope_theta, max_seq_len and rope_scaling (a kind in
-    rope_scaling.ROPE_SCALINGS, with its rope_* parameters) from the model's args."""
+    """Reads rope_theta, max_seq_len and rope_scaling (a kind in rope_scaling.ROPE_SCALINGS,
+    with its rope_* parameters) from the model's args; rotates `dim` dimensions (default
+    args.head_dim; MLA rotates only its qk_rope_head_dim part)."""
 
-    def __init__(self, args):
+    def __init__(self, args, dim: int | None = None):
         super().__init__()
         self.args = args
+        self.dim = dim or args.head_dim
         self.reset_tables()
 
     def reset_tables(self, device: torch.device | None = None) -> None:
         """(Re)build the cos/sin tables on `device`, e.g. after building on the meta device."""
-        args, dim = self.args, self.args.head_dim
+        args, dim = self.args, self.dim
         exponents = torch.arange(0, dim, 2, dtype=torch.float32, device=device) / dim
         inv_freq = 1.0 / args.rope_theta**exponents
         inv_freq, scale = scale_frequencies(args.rope_scaling, inv_freq, args)
@@ -37,3 +39,15 @@ class RotaryEmbedding(nn.Module):
         cos = torch.index_select(self.cos_cached, 0, index)
         sin = torch.index_select(self.sin_cached, 0, index)
         return cos.view(bsz, seq_len, 1, -1), sin.view(bsz, seq_len, 1, -1)
+
+
+def rotate_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on dimension pairs (x0, x1), (x2, x3), ... (DeepSeek's layout, transformers'
+    `apply_rotary_pos_emb_interleave`), each pair rotated by one frequency; the rotated
+    evens then odds come out, a fixed permutation of the dimensions that leaves the q.k
+    products unchanged as long as queries and keys both take it. cos/sin as
+    RotaryEmbedding returns them ((B, S, 1, D), the frequencies repeated twice)."""
+    half = x.shape[-1] // 2
+    cos, sin = cos[..., :half], sin[..., :half]
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.cat((even * cos - odd * sin, odd * cos + even * sin), dim=-1)

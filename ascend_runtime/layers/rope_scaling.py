@@ -64,7 +64,7 @@ def _yarn(inv_freq: torch.Tensor, args) -> tuple[torch.Tensor, float]:
     """transformers' `_compute_yarn_parameters`: frequencies turning more than beta_fast
     times over the original context are kept, those turning fewer than beta_slow times are
     divided by `factor`, with a linear ramp (over dimension pairs) between; cos/sin scaled."""
-    dim, base = args.head_dim, args.rope_theta
+    dim, base = 2 * inv_freq.shape[0], args.rope_theta  # the rotated dimensions
     context = args.rope_original_max_position_embeddings
 
     def pair_turning(turns: float) -> float:
@@ -79,3 +79,13 @@ def _yarn(inv_freq: torch.Tensor, args) -> tuple[torch.Tensor, float]:
     scaled = inv_freq / args.rope_scaling_factor * ramp + inv_freq * (1 - ramp)
     scale = args.rope_attention_factor or 0.1 * math.log(args.rope_scaling_factor) + 1.0
     return scaled, scale
+
+
+def softmax_mscale(args) -> float:
+    """The factor YaRN's `mscale_all_dim` puts on MLA's softmax scale, squared: it scales
+    the non-rotary dimensions too (transformers' `yarn_apply_mscale`, cann-recipes-infer's
+    models/deepseek_r1 `softmax_scale * mscale * mscale`); 1.0 without it."""
+    mscale_all_dim = getattr(args, "rope_mscale_all_dim", 0.0)
+    if args.rope_scaling != "yarn" or not mscale_all_dim or args.rope_scaling_factor <= 1:
+        return 1.0
+    return (0.1 * mscale_all_dim * math.log(args.rope_scaling_factor) + 1.0) ** 2

@@ -5,8 +5,9 @@ same maths in plain torch, with attention as a custom op of the same signature s
 dynamo sees the same graph (one node taking SymInt[] or Tensor lengths).
 
 Every backend module provides: rms_norm, apply_rotary, scatter_update_, attention, the MoE
-pair moe_gating_top_k_softmax and moe_experts, and the paged pair paged_scatter_update_ and
-paged_attention. A model takes the module and calls them; to replace one op, a porter
+pair moe_gating_top_k_softmax and moe_experts, the paged pair paged_scatter_update_ and
+paged_attention, and for MLA (DeepSeek) mla_attention, paged_mla_attention and
+deepseek_gating. A model takes the module and calls them; to replace one op, a porter
 edits the call in their layer (or passes a module of their own with the same functions).
 """
 

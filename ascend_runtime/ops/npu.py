@@ -6,7 +6,9 @@ import torch
 import torch_npu
 import torchair  # bundled with torch_npu; importable only after it
 
+from ..layers.deepseek_router import route
 from . import Lengths
+from .portable import gather_blocks, mla_maths
 
 _MASK_SIZE = 2048  # FIA sparse_mode=3 takes a fixed 2048x2048 causal mask
 FUSED_ROTARY_HEAD_DIMS = (64, 128)  # npu_apply_rotary_pos_emb's head dims on A2/A3
@@ -198,3 +200,120 @@ def paged_attention(
         sparse_mode=0,
     )
     return out.view(bsz, q_len, num_heads, head_dim).transpose(1, 2)
+
+
+# MLA decode (ascend_runtime/latent_cache.py). The fused attention's MLA mode (query_rope /
+# key_rope over the latent; torch_npu/_op_plugin_docs.py, copier.yml's mla_attention) takes
+# only kv_lora_rank 512 with rope 64, 32/64/128 query heads and a paged cache of block size
+# 16 or 128, in float16/bfloat16; everything else runs the absorbed attention as plain torch
+# maths (matmul, masked fp32 softmax, matmul), which every compiler converts.
+FUSED_MLA_LATENT_DIM = 512
+FUSED_MLA_ROPE_DIM = 64
+FUSED_MLA_QUERY_HEADS = (32, 64, 128)
+FUSED_MLA_BLOCK_SIZES = (16, 128)
+
+
+def fused_mla_fits(latent_dim: int, rope_dim: int, heads: int, block_size: int, dtype) -> bool:
+    """Whether the fused attention's MLA mode takes these shapes (static: no graph break)."""
+    return (
+        (latent_dim, rope_dim) == (FUSED_MLA_LATENT_DIM, FUSED_MLA_ROPE_DIM)
+        and heads in FUSED_MLA_QUERY_HEADS
+        and block_size in FUSED_MLA_BLOCK_SIZES
+        and dtype in (torch.float16, torch.bfloat16)
+    )
+
+
+def mla_attention(
+    q_latent: torch.Tensor,
+    q_pe: torch.Tensor,
+    nope_cache: torch.Tensor,
+    rope_cache: torch.Tensor,
+    actual_seq_lengths_q: Lengths,  # noqa: ARG001 (one query token per row)
+    actual_seq_lengths_kv: Lengths,
+    *,
+    num_heads: int,  # noqa: ARG001 (the fused mode's; it needs a paged cache)
+    scale: float,
+) -> torch.Tensor:
+    """Contiguous latent cache: the fused MLA mode requires page attention, so plain maths."""
+    return mla_maths(q_latent, q_pe, nope_cache, rope_cache, actual_seq_lengths_kv, scale)
+
+
+def paged_mla_attention(
+    q_latent: torch.Tensor,
+    q_pe: torch.Tensor,
+    nope_cache: torch.Tensor,
+    rope_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    actual_seq_lengths_q: Lengths,  # noqa: ARG001
+    actual_seq_lengths_kv: Lengths,
+    *,
+    num_heads: int,
+    scale: float,
+    block_size: int,
+) -> torch.Tensor:
+    """(B, N, 1, kv_lora_rank) out. Fused: key = value = the latent cache (blocknum,
+    blocksize, 512), key_rope the rope cache, one KV head, BSND query and query_rope, as
+    cann-recipes-infer's models/deepseek_r1 `forward_page_attention_absorb` calls it."""
+    if fused_mla_fits(q_latent.shape[-1], q_pe.shape[-1], num_heads, block_size, q_latent.dtype):
+        if isinstance(actual_seq_lengths_kv, torch.Tensor):
+            fia = torchair.ops.npu_fused_infer_attention_score
+        else:
+            fia = torch_npu.npu_fused_infer_attention_score
+        out, _ = fia(
+            q_latent.transpose(1, 2).contiguous(),
+            nope_cache,
+            nope_cache,
+            query_rope=q_pe.transpose(1, 2).contiguous(),
+            key_rope=rope_cache,
+            block_table=block_table,
+            block_size=block_size,
+            actual_seq_lengths_kv=actual_seq_lengths_kv,
+            num_heads=num_heads,
+            num_key_value_heads=1,
+            scale=scale,
+            input_layout="BSND",
+            sparse_mode=0,
+        )
+        return out.transpose(1, 2)
+    nope = gather_blocks(nope_cache, block_table, actual_seq_lengths_kv, block_size)
+    rope = gather_blocks(rope_cache, block_table, actual_seq_lengths_kv, block_size)
+    return mla_maths(q_latent, q_pe, nope, rope, actual_seq_lengths_kv, scale)
+
+
+# DeepSeek-V3's grouped sigmoid routing on npu_moe_gating_top_k (copier.yml's
+# moe_gating_top_k), as cann-recipes-infer's models/deepseek_r1 `_forward_gate` calls it:
+# noaux_tc with renormalised weights only; every other routing is the torch maths.
+GATING_TOP_K_MAX_EXPERTS = 2048
+GATING_TOP_K_MIN_GROUP = 3
+GATING_TOP_K_ALIGN = 32
+
+
+def gating_top_k_fits(routing, experts: int) -> bool:
+    per_group = experts // routing.n_group
+    aligned = -(-per_group // GATING_TOP_K_ALIGN) * GATING_TOP_K_ALIGN
+    return (
+        routing.method == "noaux_tc"
+        and routing.norm_topk_prob
+        and experts <= GATING_TOP_K_MAX_EXPERTS
+        and per_group >= GATING_TOP_K_MIN_GROUP
+        and aligned * routing.n_group <= GATING_TOP_K_MAX_EXPERTS
+    )
+
+
+def deepseek_gating(logits: torch.Tensor, bias: torch.Tensor | None, routing):
+    """(weights float32 [T, k], expert ids int32 [T, k]) from router logits float32 [T, E]."""
+    if bias is None or not gating_top_k_fits(routing, logits.shape[-1]):
+        return route(logits, bias, routing)
+    weights, expert_ids, _ = torch_npu.npu_moe_gating_top_k(
+        logits,
+        routing.top_k,
+        bias=bias.float(),
+        k_group=routing.topk_group,
+        group_count=routing.n_group,
+        group_select_mode=1,  # a group scores the sum of its two best
+        renorm=0,
+        norm_type=1,  # sigmoid
+        routed_scaling_factor=routing.routed_scaling_factor,
+        eps=1e-20,
+    )
+    return weights, expert_ids

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
+from ..layers.deepseek_router import route
 from . import Lengths
 
 
@@ -290,3 +291,160 @@ def paged_attention(
         else paged_attention_op
     )
     return op(query, k_cache, v_cache, block_table, actual_seq_lengths_kv, block_size, scale)
+
+
+# MLA (DeepSeek-V2/V3): decode attention of the absorbed query over the latent cache, one KV
+# head (ascend_runtime/latent_cache.py). The maths is shared with ops/npu.py, which runs it
+# where the fused attention's MLA mode does not fit.
+
+
+def mla_maths(q_latent, q_pe, nope, rope, lengths_kv: Lengths, scale: float) -> torch.Tensor:
+    """q_latent (B, N, Q, L) and q_pe (B, N, Q, R) over nope (B, 1, S, L) and rope
+    (B, 1, S, R): scores q_latent.nope + q_pe.rope, row b masked past lengths_kv[b], fp32
+    softmax, then the latent itself is the value: (B, N, Q, L) out. Branch-free on the
+    lengths, as _cached_attention: List[int] lengths read the first max(lengths) tokens."""
+    if isinstance(lengths_kv, torch.Tensor):
+        lengths = lengths_kv
+    else:
+        longest = functools.reduce(torch.sym_max, lengths_kv)
+        nope, rope = nope.narrow(2, 0, longest), rope.narrow(2, 0, longest)
+        lengths = torch.tensor(lengths_kv, device=q_latent.device)
+    scores = torch.matmul(q_latent, nope.transpose(-1, -2)) + torch.matmul(
+        q_pe, rope.transpose(-1, -2)
+    )
+    positions = torch.arange(nope.shape[2], device=q_latent.device)  # graph-ok: forward-shape
+    visible = positions < lengths.view(-1, 1, 1, 1)
+    probs = (scores.float() * scale).masked_fill(~visible, float("-inf")).softmax(dim=-1)
+    return torch.matmul(probs.to(nope.dtype), nope)
+
+
+def gather_blocks(cache, block_table, lengths_kv: Lengths, block_size: int) -> torch.Tensor:
+    """A paged (num_blocks, block_size, W) cache as each row's tokens in order, (B, 1, S, W):
+    the block table's first ceil(max(lengths) / block_size) columns for List[int] lengths,
+    all of them for Tensor lengths (static shapes)."""
+    table = block_table
+    if not isinstance(lengths_kv, torch.Tensor):
+        longest = functools.reduce(torch.sym_max, lengths_kv)
+        table = table[:, : (longest + block_size - 1) // block_size]
+    rows = cache.index_select(0, table.reshape(-1).long())
+    return rows.view(block_table.shape[0], 1, -1, cache.shape[-1])
+
+
+def _paged_mla_maths(q_latent, q_pe, nope, rope, block_table, lengths_kv, block_size, scale):
+    nope_rows = gather_blocks(nope, block_table, lengths_kv, block_size)
+    rope_rows = gather_blocks(rope, block_table, lengths_kv, block_size)
+    return mla_maths(q_latent, q_pe, nope_rows, rope_rows, lengths_kv, scale)
+
+
+@torch.library.custom_op("ascend_runtime::mla_attention", mutates_args=())
+def mla_attention_op(
+    q_latent: torch.Tensor,
+    q_pe: torch.Tensor,
+    nope_cache: torch.Tensor,
+    rope_cache: torch.Tensor,
+    actual_seq_lengths_kv: list[int],
+    scale: float,
+) -> torch.Tensor:
+    return mla_maths(q_latent, q_pe, nope_cache, rope_cache, actual_seq_lengths_kv, scale)
+
+
+@torch.library.custom_op("ascend_runtime::mla_attention_t", mutates_args=())
+def mla_attention_op_t(
+    q_latent: torch.Tensor,
+    q_pe: torch.Tensor,
+    nope_cache: torch.Tensor,
+    rope_cache: torch.Tensor,
+    actual_seq_lengths_kv: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    return mla_maths(q_latent, q_pe, nope_cache, rope_cache, actual_seq_lengths_kv, scale)
+
+
+@torch.library.custom_op("ascend_runtime::paged_mla_attention", mutates_args=())
+def paged_mla_attention_op(
+    q_latent: torch.Tensor,
+    q_pe: torch.Tensor,
+    nope_cache: torch.Tensor,
+    rope_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    actual_seq_lengths_kv: list[int],
+    block_size: int,
+    scale: float,
+) -> torch.Tensor:
+    return _paged_mla_maths(
+        q_latent, q_pe, nope_cache, rope_cache, block_table, actual_seq_lengths_kv,
+        block_size, scale,
+    )  # fmt: skip
+
+
+@torch.library.custom_op("ascend_runtime::paged_mla_attention_t", mutates_args=())
+def paged_mla_attention_op_t(
+    q_latent: torch.Tensor,
+    q_pe: torch.Tensor,
+    nope_cache: torch.Tensor,
+    rope_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    actual_seq_lengths_kv: torch.Tensor,
+    block_size: int,
+    scale: float,
+) -> torch.Tensor:
+    return _paged_mla_maths(
+        q_latent, q_pe, nope_cache, rope_cache, block_table, actual_seq_lengths_kv,
+        block_size, scale,
+    )  # fmt: skip
+
+
+@mla_attention_op.register_fake
+@mla_attention_op_t.register_fake
+@paged_mla_attention_op.register_fake
+@paged_mla_attention_op_t.register_fake
+def _(q_latent, *_schema_args):
+    return torch.empty_like(q_latent)
+
+
+def mla_attention(
+    q_latent: torch.Tensor,
+    q_pe: torch.Tensor,
+    nope_cache: torch.Tensor,
+    rope_cache: torch.Tensor,
+    actual_seq_lengths_q: Lengths,  # noqa: ARG001 (one query token per row)
+    actual_seq_lengths_kv: Lengths,
+    *,
+    num_heads: int,  # noqa: ARG001 (ops/npu.py's; here shapes carry it)
+    scale: float,
+) -> torch.Tensor:
+    """Absorbed MLA decode over the contiguous latent cache; one opaque node (Tensor
+    lengths: the torchair-style op), traced as maths under the inductor stand-in."""
+    args = (q_latent, q_pe, nope_cache, rope_cache, actual_seq_lengths_kv, scale)
+    if _traced_attention:
+        return mla_maths(*args)
+    tensor = isinstance(actual_seq_lengths_kv, torch.Tensor)
+    return (mla_attention_op_t if tensor else mla_attention_op)(*args)
+
+
+def paged_mla_attention(
+    q_latent: torch.Tensor,
+    q_pe: torch.Tensor,
+    nope_cache: torch.Tensor,
+    rope_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    actual_seq_lengths_q: Lengths,  # noqa: ARG001 (one query token per row)
+    actual_seq_lengths_kv: Lengths,
+    *,
+    num_heads: int,  # noqa: ARG001
+    scale: float,
+    block_size: int,
+) -> torch.Tensor:
+    """Absorbed MLA decode over the paged latent cache (each row's blocks)."""
+    args = (q_latent, q_pe, nope_cache, rope_cache, block_table, actual_seq_lengths_kv)
+    if _traced_attention:
+        return _paged_mla_maths(*args, block_size, scale)
+    tensor = isinstance(actual_seq_lengths_kv, torch.Tensor)
+    return (paged_mla_attention_op_t if tensor else paged_mla_attention_op)(
+        *args, block_size, scale
+    )
+
+
+def deepseek_gating(logits: torch.Tensor, bias: torch.Tensor | None, routing):
+    """DeepSeek's routing (layers/deepseek_router.py); ops/npu.py fuses noaux_tc."""
+    return route(logits, bias, routing)

@@ -26,6 +26,13 @@ def tiny_args(args_class: type):
     """A tiny ModelArgs of the package's class: its variant flags as rendered, sizes small.
     MoE: layer 0 MoE, layer 1 dense, so both kinds are in every test."""
     rendered = args_class()
+    if rendered.family == "mla":
+        sizes = dict(_TINY_MLA)
+        if rendered.q_lora_rank:
+            sizes["q_lora_rank"] = 32
+        if rendered.topk_method != "greedy":
+            sizes.update(n_group=2, topk_group=1)
+        return dataclasses.replace(rendered, **sizes)
     sizes = dict(
         vocab_size=128,
         hidden_size=64,
@@ -49,8 +56,36 @@ def tiny_args(args_class: type):
     return dataclasses.replace(rendered, **sizes)
 
 
+# MLA: layer 0 dense, layer 1 MoE (first_k_dense_replace 1); 2 groups of 4 experts; the
+# query latent only where the rendered model has one (DeepSeek-V2-Lite has none).
+_TINY_MLA = dict(
+    vocab_size=128,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    kv_lora_rank=32,
+    qk_nope_head_dim=24,
+    qk_rope_head_dim=8,
+    v_head_dim=16,
+    intermediate_size=128,
+    num_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    first_k_dense_replace=1,
+    moe_layer_freq=1,
+    max_seq_len=96,
+)
+
+
 def npu_args(tiny):
-    """Shapes the device takes (docs/design.md): head_dim 64 for the fused rotary."""
+    """Shapes the device takes (docs/design.md): head_dim 64 for the fused rotary. MLA: the
+    fused attention's MLA mode (latent 512, rope 64, 32 query heads; prefill's head dim 128,
+    qk 64 + 64 with v padded to it), so a paged package's decode runs it."""
+    if tiny.family == "mla":
+        return dataclasses.replace(
+            tiny, hidden_size=128, num_attention_heads=32, kv_lora_rank=512,
+            qk_nope_head_dim=64, qk_rope_head_dim=64, v_head_dim=64,
+        )  # fmt: skip
     return dataclasses.replace(
         tiny, hidden_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=64
     )

@@ -829,7 +829,7 @@ _UNSUPPORTED_FIA = (
     "dequant_scale1 quant_scale1 dequant_scale2 quant_scale2 quant_offset2 antiquant_scale "
     "antiquant_offset query_padding_size kv_padding_size key_antiquant_scale "
     "key_antiquant_offset value_antiquant_scale value_antiquant_offset key_shared_prefix "
-    "value_shared_prefix actual_shared_prefix_len query_rope key_rope key_rope_antiquant_scale"
+    "value_shared_prefix actual_shared_prefix_len key_rope_antiquant_scale"
 ).split()
 _CAUSAL_CACHE: dict[str, object] = {}
 
@@ -913,15 +913,16 @@ def _int8():
     return torch.int8
 
 
-def _check_fia_shapes(q, k, layout, n_heads, n_kv, kv_len=None) -> None:
+def _check_fia_shapes(q, k, layout, n_heads, n_kv, kv_len=None, mla=False) -> None:
     """``kv_len``: the KV length the limits apply to (page attention: the longest
-    actual_seq_lengths_kv; else key's S)."""
+    actual_seq_lengths_kv; else key's S). ``mla``: the MLA mode, whose own limits
+    (_check_mla_call) replace the GQA group bound (up to 128 query heads on one KV head)."""
     lim = limits().attention
     op = "npu_fused_infer_attention_score"
     bsz, _, sq, d = q.shape
     skv = k.shape[2] if kv_len is None else kv_len
     _constraint(
-        n_heads // n_kv <= lim.max_group,
+        mla or n_heads // n_kv <= lim.max_group,
         f"{op}: num_heads / num_key_value_heads = {n_heads // n_kv} > {lim.max_group}",
     )
     _constraint(n_heads <= lim.max_heads, f"{op}: num_heads {n_heads} > {lim.max_heads}")
@@ -1092,6 +1093,61 @@ def _paged_kv(query, q, key, value, kw, layout, n_kv, mode):
     return gather(key), gather(value), max(lens, default=0)
 
 
+def _check_mla_call(query, key, value, q_rope, k_rope, kw, n_heads, n_kv, mode) -> None:
+    """The MLA mode's documented limits (query_rope/key_rope given; device_limits
+    MlaAttentionLimits): one KV head, latent 512 and rope 64, 32/64/128 query heads, Q_S
+    1..16, page attention with block size 16 or 128, sparse_mode 0 without a mask at Q_S 1."""
+    op = "npu_fused_infer_attention_score (MLA: query_rope/key_rope)"
+    lim = limits().mla_attention
+    for name, t in (("query", query), ("query_rope", q_rope), ("key_rope", k_rope)):
+        _check_dtype(op, name, t, lim.dtypes)
+    _constraint(
+        key is value or key.data_ptr() == value.data_ptr(),
+        f"{op}: key and value must both be the latent (one tensor)",
+    )
+    _constraint(n_kv == 1, f"{op}: num_key_value_heads must be 1, got {n_kv}")
+    _constraint(
+        n_heads in lim.query_heads,
+        f"{op}: num_heads {n_heads} (takes {'/'.join(map(str, lim.query_heads))})",
+    )
+    _constraint(
+        query.shape[-1] == lim.latent_dim and key.shape[-1] == lim.latent_dim,
+        f"{op}: query and key D must be {lim.latent_dim} (the latent), got "
+        f"{query.shape[-1]} and {key.shape[-1]}",
+    )
+    _constraint(
+        q_rope.shape[-1] == lim.rope_dim and k_rope.shape[-1] == lim.rope_dim,
+        f"{op}: query_rope and key_rope D must be {lim.rope_dim}, got {q_rope.shape[-1]} and "
+        f"{k_rope.shape[-1]}",
+    )
+    _constraint(
+        tuple(q_rope.shape[:-1]) == tuple(query.shape[:-1]),
+        f"{op}: query_rope {tuple(q_rope.shape)} must match query {tuple(query.shape)} but D",
+    )
+    _constraint(
+        tuple(k_rope.shape[:-1]) == tuple(key.shape[:-1]),
+        f"{op}: key_rope {tuple(k_rope.shape)} must match key {tuple(key.shape)} but D",
+    )
+    _constraint(
+        kw.get("block_table") is not None, f"{op}: page attention (block_table) is mandatory"
+    )
+    block_size = int(kw.get("block_size", 0) or 0)
+    _constraint(
+        block_size in lim.block_sizes,
+        f"{op}: block_size {block_size} (takes {'/'.join(map(str, lim.block_sizes))})",
+    )
+    layout = kw.get("input_layout", "BSH")
+    q_len = query.shape[1] if layout in ("BSND", "BSH") else query.shape[2]
+    _constraint(
+        1 <= q_len <= lim.max_query_len, f"{op}: query S {q_len} not in 1..{lim.max_query_len}"
+    )
+    if q_len == 1:
+        _constraint(
+            mode in lim.decode_sparse_modes and kw.get("atten_mask") is None,
+            f"{op}: Q_S = 1 takes sparse_mode 0 without a mask, got {mode}",
+        )
+
+
 def fused_infer_attention_ref(query, key, value, **kw):
     """``npu_fused_infer_attention_score`` reference (documented semantics, fp32 maths).
 
@@ -1129,9 +1185,20 @@ def fused_infer_attention_ref(query, key, value, **kw):
             f"of num_key_value_heads={n_kv}"
         )
     q = _to_bnsd(query, layout, n_heads)
+    q_rope, k_rope = kw.get("query_rope"), kw.get("key_rope")
+    if (q_rope is None) != (k_rope is None):
+        raise ValueError(
+            "npu_fused_infer_attention_score: query_rope and key_rope are given together or "
+            "not at all (MLA)"
+        )
+    if q_rope is not None:
+        _check_mla_call(query, key, value, q_rope, k_rope, kw, n_heads, n_kv, mode)
     paged_len = None
     if kw.get("block_table") is not None:
         k, v, paged_len = _paged_kv(query, q, key, value, kw, layout, n_kv, mode)
+        if q_rope is not None:  # the rope key through the same block table
+            qr = _to_bnsd(q_rope, layout, n_heads)
+            kr, _, _ = _paged_kv(q_rope, qr, k_rope, k_rope, kw, layout, n_kv, mode)
     else:
         k = _to_bnsd(key, layout, n_kv)
         v = _to_bnsd(value, layout, n_kv)
@@ -1142,7 +1209,7 @@ def fused_infer_attention_ref(query, key, value, **kw):
         )
     if k.shape[:3] != v.shape[:3] or k.shape[0] != q.shape[0] or k.shape[-1] != q.shape[-1]:
         raise ValueError("npu_fused_infer_attention_score: query/key/value shapes disagree")
-    _check_fia_shapes(q, k, layout, n_heads, n_kv, paged_len)
+    _check_fia_shapes(q, k, layout, n_heads, n_kv, paged_len, mla=q_rope is not None)
     bsz, _, sq, _ = q.shape
     skv = k.shape[2]
     lens_q = _per_batch(kw.get("actual_seq_lengths"), bsz, sq, "actual_seq_lengths")
@@ -1184,7 +1251,11 @@ def fused_infer_attention_ref(query, key, value, **kw):
     group = n_heads // n_kv
     kf = k.float().repeat_interleave(group, dim=1)
     vf = v.float().repeat_interleave(group, dim=1)
-    scores = torch.matmul(q.float(), kf.transpose(-1, -2)) * scale
+    scores = torch.matmul(q.float(), kf.transpose(-1, -2))
+    if q_rope is not None:  # MLA: q.k over the latent plus the rope parts' q.k
+        krf = kr.float().repeat_interleave(group, dim=1)
+        scores = scores + torch.matmul(qr.float(), krf.transpose(-1, -2))
+    scores = scores * scale
     if pse is not None:
         scores = scores + pse.float()[..., :sq, :skv]
     scores = scores.masked_fill(~allowed, float("-inf"))
@@ -1243,6 +1314,89 @@ def moe_gating_top_k_softmax_ref(x, finished=None, k=1):
     rows = math.prod(x.shape[:-1])
     row_idx = torch.arange(rows * kk, dtype=torch.int32).view(kk, rows).t()
     return y.to(x.dtype), idx.to(torch.int32), row_idx.reshape(*x.shape[:-1], kk).contiguous()
+
+
+def moe_gating_top_k_ref(
+    x,
+    k,
+    *,
+    bias=None,
+    input_ids=None,
+    tid2eid=None,
+    k_group=1,
+    group_count=1,
+    group_select_mode=0,
+    renorm=0,
+    norm_type=0,
+    out_flag=False,  # noqa: ARG001 (norm_out is always returned)
+    routed_scaling_factor=1.0,
+    eps=1e-20,
+):
+    """``npu_moe_gating_top_k`` (DeepSeek-V3's grouped routing): norm (1 sigmoid) over the
+    experts in fp32; choice = norm + bias; experts in ``group_count`` groups scored by their
+    best (group_select_mode 0) or the sum of their two best (1); the ``k_group`` best groups
+    eligible; the k best eligible experts by choice, highest first. y = their norm scores
+    renormalised by (sum + eps), times routed_scaling_factor (cann-recipes-infer's
+    models/deepseek_r1 reads y as the final weights; device_limits.DOC_NOTES). Returns
+    (y in x.dtype, expert_idx int32, norm_out float32). Softmax (norm_type 0), whose y the docs
+    leave open, and the hash mode (input_ids, tid2eid) are not emulated."""
+    import torch
+
+    op = "npu_moe_gating_top_k"
+    lim = limits().moe_gating_top_k
+    _check_dtype(op, "x", x, lim.dtypes)
+    _constraint(x.dim() == 2, f"{op}: x must be 2-D, got {x.dim()}-D")
+    experts = x.shape[-1]
+    _constraint(experts <= lim.max_experts, f"{op}: {experts} experts > {lim.max_experts}")
+    groups = int(group_count)
+    per_group = experts // groups if groups > 0 else 0
+    _constraint(
+        groups > 0 and experts % groups == 0 and per_group >= lim.min_group_size,
+        f"{op}: group_count {groups} must divide the {experts} experts into groups of more than 2",
+    )
+    aligned = -(-per_group // lim.group_align) * lim.group_align
+    _constraint(
+        aligned * groups <= lim.max_experts,
+        f"{op}: groups of {per_group} aligned to {lim.group_align} ({aligned}) x group_count "
+        f"{groups} > {lim.max_experts}",
+    )
+    _constraint(1 <= k_group <= groups, f"{op}: k_group {k_group} not in 1..{groups}")
+    _constraint(
+        1 <= k <= per_group * k_group,
+        f"{op}: k {k} not in 1..{per_group * k_group} (k_group x experts per group)",
+    )
+    _constraint(renorm in lim.renorms, f"{op}: renorm {renorm} (only {lim.renorms})")
+    _constraint(norm_type in lim.norm_types, f"{op}: norm_type {norm_type}")
+    _constraint(
+        group_select_mode in lim.group_select_modes, f"{op}: group_select_mode {group_select_mode}"
+    )
+    if bias is not None:
+        _constraint(
+            bias.dim() == 1 and bias.shape[0] == experts,
+            f"{op}: bias must be 1-D of {experts}, got {tuple(bias.shape)}",
+        )
+        _constraint(
+            bias.dtype == x.dtype,
+            f"{op}: bias dtype {_dtype_name(bias.dtype)} must be x's {_dtype_name(x.dtype)}",
+        )
+    if input_ids is not None or tid2eid is not None:
+        raise NotImplementedError(f"npu emulation: {op}'s hash mode is not emulated")
+    if norm_type != 1:
+        raise NotImplementedError(f"npu emulation: {op} with softmax (norm_type 0) is not emulated")
+    norm = torch.sigmoid(x.float())
+    choice = norm if bias is None else norm + bias.float()
+    grouped = choice.view(-1, groups, per_group)
+    if group_select_mode == 1:
+        group_scores = grouped.topk(2, dim=-1).values.sum(-1)
+    else:
+        group_scores = grouped.max(dim=-1).values
+    best = torch.topk(group_scores, int(k_group), dim=-1).indices
+    eligible = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, best, True)
+    eligible = eligible.unsqueeze(-1).expand(-1, groups, per_group).reshape(-1, experts)
+    idx = torch.topk(choice.masked_fill(~eligible, float("-inf")), int(k), dim=-1).indices
+    y = norm.gather(1, idx)
+    y = y / (y.sum(dim=-1, keepdim=True) + eps) * routed_scaling_factor
+    return y.to(x.dtype), idx.to(torch.int32), norm
 
 
 def moe_init_routing_v2_ref(
@@ -1637,6 +1791,7 @@ def _register_kernels() -> None:
     air_lib.impl("npu_fused_infer_attention_score", air_fia, "CPU")
     # MoE (the wheel has Meta kernels for all five; split_item 2/3 gives a static [sum M, N])
     npu_lib.impl("npu_moe_gating_top_k_softmax", moe_gating_top_k_softmax_ref, "CPU")
+    npu_lib.impl("npu_moe_gating_top_k", moe_gating_top_k_ref, "CPU")
     npu_lib.impl("npu_moe_init_routing_v2", moe_init_routing_v2_ref, "CPU")
     npu_lib.impl("npu_grouped_matmul", grouped_matmul_ref, "CPU")
     npu_lib.impl("npu_swiglu", swiglu_ref, "CPU")
@@ -1655,6 +1810,7 @@ __all__ = [
     "grouped_matmul_ref",
     "limits",
     "moe_finalize_routing_ref",
+    "moe_gating_top_k_ref",
     "moe_gating_top_k_softmax_ref",
     "moe_init_routing_v2_ref",
     "reexec_with_env",

@@ -7,6 +7,7 @@ rtol=atol=1e-4, and the greedy tokens are identical. transformers is a test-only
 dependency: without it these tests are skipped.
 """
 
+import json
 from importlib.util import find_spec
 
 import pytest
@@ -77,7 +78,17 @@ def hf_model(model_type: str):
     name, extra = CONFIGS[model_type]
     config = getattr(transformers, name)(**{**TINY, **extra}, **ROPE_FIELDS)
     torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    return model
+
+
+def save(model, model_type: str, path, **kwargs) -> None:
+    """save_pretrained, with config.json saying `model_type` (Kimi-K2 ships DeepSeek-V3's
+    architecture under its own model_type, which transformers has no class for)."""
+    model.save_pretrained(path, **kwargs)
+    if model.config.model_type != model_type:
+        config = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps({**config, "model_type": model_type}))
 
 
 def prompt() -> torch.Tensor:
@@ -94,7 +105,7 @@ def checkpoints(tmp_path_factory):
         if model_type not in made:
             path = tmp_path_factory.mktemp(model_type)
             model = hf_model(model_type)
-            model.save_pretrained(path)
+            save(model, model_type, path)
             ids = prompt()
             with torch.inference_mode():
                 out = model.generate(
@@ -179,7 +190,7 @@ def test_ragged_batch_equals_transformers_per_prompt(checkpoints, model_type):
 @pytest.mark.parametrize("model_type", TYPES[:1])
 def test_sharded_checkpoint_loads_the_same_weights(checkpoints, model_type, tmp_path):
     path, _, _ = checkpoints(model_type)
-    hf_model(model_type).save_pretrained(tmp_path, max_shard_size="40KB")
+    save(hf_model(model_type), model_type, tmp_path, max_shard_size="40KB")
     assert (tmp_path / "model.safetensors.index.json").is_file()
     single = load_pretrained(MODEL, path, ops.load("portable"))
     sharded = load_pretrained(MODEL, tmp_path, ops.load("portable"))
@@ -200,7 +211,8 @@ def test_mismatch_lists_missing_and_unexpected_keys(checkpoints, model_type, tmp
     tensors["model.layers.0.mlp.extra.weight"] = torch.zeros(1)
     save_file(tensors, tmp_path / "model.safetensors")
     model = load_pretrained(MODEL, path, ops.load("portable"))
-    with pytest.raises(ValueError, match="missing 1: model.layers.1.self_attn.k_proj.weight") as e:
+    missing = "missing 1: model.layers.1.self_attn.k_proj.weight"
+    with pytest.raises(ValueError, match=missing) as e:
         load_checkpoint(MODEL, model, tmp_path)
     assert "unexpected 1: model.layers.0.mlp.extra.weight" in str(e.value)
 

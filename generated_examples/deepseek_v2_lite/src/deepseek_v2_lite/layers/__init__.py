@@ -1,0 +1,1 @@
+"""The decoder's building blocks, one file each; modeling.py composes them."""

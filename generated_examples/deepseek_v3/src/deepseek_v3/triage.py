@@ -1,0 +1,21 @@
+"""Find the first stage where decode goes wrong (ascend_runtime.triage).
+
+    python -m deepseek_v3.triage \\
+        --config config/deepseek_v3.yaml
+
+The triage itself is ascend_runtime.triage; this module hands it the package's ModelSpec.
+"""
+
+import sys
+
+from ascend_runtime.triage import main as triage_main
+
+from . import MODEL
+
+
+def main(argv: list[str] | None = None) -> int:
+    return triage_main(MODEL, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
