@@ -129,6 +129,9 @@ class HFConfig:
     architecture: dict[str, Any]
     max_position_embeddings: int
     dtype: str | None  # `dtype` (transformers 5) or `torch_dtype` (4.x), as written
+    # `quantization_config`'s quant_method (DeepSeek-V3's "fp8"): the architecture is read,
+    # the weights are refused by the loader (weights.model_args_from_hf: dequantise first)
+    quantization: str | None = None
 
 
 def config_file(path: str | Path) -> Path:
@@ -248,7 +251,6 @@ def read_hf_config(path: str | Path) -> HFConfig:
             "template does not support"
         )
     _reject_sliding_window(raw, cfg, model_type, where)
-    _reject_quantized(raw, where)
     eps = _positive_float(cfg["rms_norm_eps"], "rms_norm_eps", where)
     tie = _flag(cfg, "tie_word_embeddings", where)
     max_pos = _positive_int(cfg["max_position_embeddings"], "max_position_embeddings", where)
@@ -287,6 +289,7 @@ def read_hf_config(path: str | Path) -> HFConfig:
         architecture=architecture,
         max_position_embeddings=max_pos,
         dtype=dtype if isinstance(dtype, str) else None,
+        quantization=quantization_method(raw),
     )
 
 
@@ -549,19 +552,24 @@ def _yarn(
     }
 
 
-def _reject_quantized(raw: dict[str, Any], where: str) -> None:
-    """Quantized checkpoints are refused: the package loads float weights. DeepSeek-V3/R1
-    ship fp8 blocks (`weight_scale_inv` per 128 x 128); cann-recipes-infer converts them
-    first (models/deepseek_r1/utils/convert_model.py), and so must a user of this package."""
+def quantization_method(raw: dict[str, Any]) -> str | None:
+    """`quantization_config.quant_method` ("fp8" for DeepSeek-V3/R1's 128 x 128 blocks with
+    `weight_scale_inv`), or None for float weights."""
     quant = raw.get("quantization_config")
     if quant is None:
-        return
-    method = quant.get("quant_method") if isinstance(quant, dict) else quant
-    raise HFConfigError(
-        f"{where}: quantization_config ({method!r}) is not supported: the package loads "
-        "bfloat16/float16/float32 weights; dequantise the checkpoint first (for DeepSeek's "
-        "fp8 blocks, weight * weight_scale_inv per 128 x 128 block) and drop "
-        "quantization_config"
+        return None
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    return method if isinstance(method, str) else repr(quant)
+
+
+def quantized_refusal(file: Path, method: str) -> str:
+    """The loader's one line for a quantized checkpoint: the package loads float weights;
+    cann-recipes-infer converts DeepSeek's fp8 first (models/deepseek_r1/utils/
+    convert_model.py), and so must a user of this package."""
+    return (
+        f"{file}: quantization_config ({method}) is not supported: the package loads "
+        "bfloat16/float16/float32 weights; dequantise the checkpoint first (DeepSeek's fp8: "
+        "weight * weight_scale_inv per 128 x 128 block) and drop quantization_config"
     )
 
 

@@ -25,7 +25,13 @@ from torch import nn
 
 from .args import FLAGS, hf_model_types, shared_expert
 from .config import InputError
-from .hf_config import HFConfigError, load_json, parse_layer_list, read_hf_config
+from .hf_config import (
+    HFConfigError,
+    load_json,
+    parse_layer_list,
+    quantized_refusal,
+    read_hf_config,
+)
 from .model import CausalLM, ModelSpec
 
 
@@ -61,6 +67,8 @@ def model_args_from_hf(spec: ModelSpec, path: str | Path, max_seq_len: int | Non
         hf = read_hf_config(path)
     except HFConfigError as exc:
         raise CheckpointError(str(exc)) from None
+    if hf.quantization is not None:
+        raise CheckpointError(quantized_refusal(hf.file, hf.quantization))
     rendered = spec.args
     model_types = hf_model_types(rendered)
     if hf.model_type not in model_types:

@@ -408,8 +408,10 @@ DOC_NOTES = (
     "norm_topk_prob (renormalised by their sum + eps, times routed_scaling_factor), and the "
     "package calls it only there.",
     "npu_interleave_rope and npu_kv_rmsnorm_rope_cache(_v2) have schemas, meta kernels and GE "
-    "converters in the wheel but no docs (no layout or limits): the package keeps the unfused "
-    "chain (npu_rms_norm, RoPE in torch, the in-place cache writes).",
+    "converters in the wheel but no docs (no layout or limits), and torchair converts "
+    "npu_kv_rmsnorm_rope_cache_v2 through its _functional form with a TensorMove of both "
+    "caches (a copy of every layer's cache per step in a GE graph): the package keeps the "
+    "unfused chain (npu_rms_norm, RoPE in torch, the in-place cache writes the GE tier checks).",
     "npu_scatter_nd_update(_): 支持的型号 lists Atlas A2/A3 (and training/inference cards), not "
     "950; its 950 limits are A3's. Duplicate indices are not addressed by the docs (the "
     "emulation writes them in order, the last wins).",

@@ -11,6 +11,7 @@ directory, `dtype` and `max_seq_len`.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,20 @@ def answers_from_hf_config(path: Path, derive_name: bool = True) -> dict[str, An
     (when `derive_name`) `model_name` derived from the directory name. Raises UserError otherwise.
     """
     hf = read_hf_config(path)
+    if hf.quantization is not None:
+        print(
+            f"note: {hf.file} is quantized ({hf.quantization}): the package renders its "
+            "architecture, and its loader takes float weights only (dequantise the checkpoint "
+            "before loading it)",
+            file=sys.stderr,
+        )
     answers = dict(hf.architecture)
+    if answers["family"] == "mla":  # flags the loader checks, no questions of family mla
+        for flag in ("qk_norm", "attention_bias"):
+            answers.pop(flag)
+        if answers["topk_method"] == "greedy":  # no groups to answer for
+            for groups in ("n_group", "topk_group"):
+                answers.pop(groups)
     if hf.dtype in DTYPES:
         answers["dtype"] = hf.dtype
     default_len = next(q for q in asked_questions() if q.name == "max_seq_len").default_for({})

@@ -24,9 +24,15 @@ def npu_ops(spec: ModelSpec) -> list[str]:
     """The NPU ops the rendered package calls (ascend_runtime/ops/npu.py), and what falls back."""
     attention = "torchair.ops" if spec.fa_interface == "torchair" else "torch_npu"
     if spec.family == "mla":
+        computed = spec.computed
+        decode = (
+            "prefill, and its MLA mode for decode"
+            if computed["fused_mla_attention"]
+            else "prefill; decode's absorbed attention in plain torch (outside the MLA mode's "
+            "limits)"
+        )
         return [
-            f"{attention}.npu_fused_infer_attention_score (prefill; decode's absorbed "
-            "attention in plain torch: the fused MLA mode is not used yet)",
+            f"{attention}.npu_fused_infer_attention_score ({decode})",
             "torch_npu.npu_rms_norm",
             "rotary in plain torch (interleaved)"
             if spec.rope_interleave
@@ -36,7 +42,9 @@ def npu_ops(spec: ModelSpec) -> list[str]:
             "torch_npu.npu_scatter_nd_update_"
             if spec.kv_cache == "paged"
             else "torch_npu.scatter_update_",
-            "DeepSeek routing in plain torch",
+            "torch_npu.npu_moe_gating_top_k"
+            if computed["fused_moe_gating_top_k"]
+            else "DeepSeek routing in plain torch",
             *(f"torch_npu.{op}" for op in MOE_OPS[1:]),
         ]
     rotary = (

@@ -42,6 +42,12 @@ BAD_VALUES = {
     "mlp_only_layers": st.sampled_from(["0 3", "a", "-1", "0,,1", "99"]),
     "block_size": st.sampled_from([0, 17, 1024, -16]),
     "kv_cache_tokens": st.sampled_from([0, -1, 10**12, 2]),
+    "kv_lora_rank": st.sampled_from([0, -1, 10**6]),
+    "qk_rope_head_dim": st.sampled_from([0, 3, 7]),
+    "n_group": st.sampled_from([0, 3]),
+    "topk_method": st.sampled_from(["sigmoid", ""]),
+    "first_k_dense_replace": st.sampled_from([-1, 99]),
+    "routed_scaling_factor": st.sampled_from([0.0, math.nan, math.inf]),
 }
 
 
@@ -71,7 +77,32 @@ def answer_sets(draw):
     }
     if draw(st.booleans()):
         del answers["head_dim"]  # derived from hidden_size // num_attention_heads
-    if draw(st.booleans()):
+    family = draw(st.sampled_from(["dense", "moe", "mla"]))
+    if family == "mla":  # MLA has no KV heads, head_dim, QK-norm or q/k/v bias
+        for gqa_only in ("num_key_value_heads", "head_dim", "qk_norm", "attention_bias"):
+            answers.pop(gqa_only, None)
+        method = draw(st.sampled_from(["noaux_tc", "greedy", "group_limited_greedy"]))
+        experts = draw(st.sampled_from([4, 8]))
+        answers.update(
+            family="mla",
+            q_lora_rank=draw(st.sampled_from([0, 16])),
+            kv_lora_rank=draw(st.sampled_from([16, 32])),
+            qk_nope_head_dim=draw(st.sampled_from([8, 24])),  # + rope 8: 16-aligned (prefill)
+            qk_rope_head_dim=8,
+            v_head_dim=draw(st.sampled_from([8, 16])),
+            num_experts=experts,
+            num_experts_per_tok=draw(st.integers(1, 2)),
+            moe_intermediate_size=draw(st.integers(1, 48)),
+            n_shared_experts=draw(st.integers(0, 1)),
+            first_k_dense_replace=draw(st.integers(0, answers["num_hidden_layers"] - 1)),
+            topk_method=method,
+            routed_scaling_factor=draw(st.floats(0.5, 3.0)),
+            rope_interleave=draw(st.booleans()),
+            norm_topk_prob=draw(st.booleans()),
+        )
+        if method != "greedy":
+            answers.update(n_group=2, topk_group=draw(st.integers(1, 2)))
+    if family == "moe":
         answers.update(
             family="moe",
             num_experts=draw(st.integers(2, 8)),
@@ -143,7 +174,7 @@ def test_exit_0_and_runs_or_exit_2_and_nothing_written(cli, tmp_path_factory, an
     dest = root / "pkg"
     result = cli("new", "model", "--defaults", "--data-file", data, dest)
     assert "Traceback" not in result.output
-    event(f"exit {result.exit_code}")
+    event(f"family {answers.get('family', 'dense')}: exit {result.exit_code}")
     if result.exit_code == 2:
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr

@@ -4,6 +4,7 @@ transformers for every supported model_type. What the shared reader accepts and 
 is tests/test_hf_reader.py, run through the scaffold and a rendered package alike."""
 
 import inspect
+import json
 import os
 import subprocess
 import sys
@@ -106,6 +107,7 @@ def test_cli_flag_fills_answers_and_flags_override(cli, tmp_path):
 PARITY = {
     "llama": "npugraph_ex", "mistral": "npugraph_ex", "qwen2": "eager", "qwen3": "ge_graph",
     "qwen3_moe": "npugraph_ex", "qwen2_moe": "eager", "mixtral": "ge_graph",
+    "deepseek_v3": "npugraph_ex", "kimi_k2": "ge_graph", "deepseek_v2": "eager",
 }  # fmt: skip
 # The config class and tiny MoE fields of each MoE model_type (3 layers; Qwen mixes in dense).
 MOE_CONFIGS = {
@@ -115,6 +117,17 @@ MOE_CONFIGS = {
         dict(num_experts=8, shared_expert_intermediate_size=64, decoder_sparse_step=2),
     ),
     "mixtral": ("MixtralConfig", dict(num_local_experts=8)),
+}
+# MLA (DeepSeek): the config class, its tiny fields (layer 0 dense) and the model_type its
+# config.json says (Kimi-K2 ships DeepSeek-V3's architecture under its own model_type).
+_MLA = dict(
+    kv_lora_rank=32, qk_nope_head_dim=24, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=8,
+    first_k_dense_replace=1, num_key_value_heads=4,
+)  # fmt: skip
+MLA_CONFIGS = {
+    "deepseek_v3": ("DeepseekV3Config", dict(_MLA, q_lora_rank=32, n_group=2, topk_group=1)),
+    "kimi_k2": ("DeepseekV3Config", dict(_MLA, q_lora_rank=32, n_group=1, topk_group=1)),
+    "deepseek_v2": ("DeepseekV2Config", dict(_MLA, q_lora_rank=None, topk_method="greedy")),
 }
 ROPE_SCALING = {
     "llama3": {
@@ -141,21 +154,22 @@ def test_rendered_package_matches_transformers(tmp_path, model_type, rope_scalin
     pytest.importorskip("safetensors")
     name = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Config"}
     extra = {"sliding_window": None} if model_type == "mistral" else {}
-    if model_type in MOE_CONFIGS:
-        name[model_type], moe = MOE_CONFIGS[model_type]
+    experts = {**MOE_CONFIGS, **MLA_CONFIGS}
+    if model_type in experts:
+        name[model_type], moe = experts[model_type]
         extra.update(moe, num_experts_per_tok=2, moe_intermediate_size=32, num_hidden_layers=3)
     config_cls = getattr(transformers, name.get(model_type, "MistralConfig"))
     if rope_scaling != "none":
         extra["rope_scaling"] = ROPE_SCALING[rope_scaling]
     ckpt = tmp_path / f"hf_{model_type}"
-    config_cls(
-        vocab_size=512,
-        hidden_size=128,
-        intermediate_size=256,
-        **{"num_hidden_layers": 2, **extra},
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    ).save_pretrained(ckpt)
+    fields = dict(
+        vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    config_cls(**{**fields, **extra}).save_pretrained(ckpt)
+    if model_type == "kimi_k2":  # DeepseekV3Config's architecture under Kimi-K2's model_type
+        config = json.loads((ckpt / "config.json").read_text())
+        (ckpt / "config.json").write_text(json.dumps({**config, "model_type": "kimi_k2"}))
     given = answers_from_hf_config(ckpt)
     assert given["model_name"] == f"hf_{model_type}"
     assert given["rope_scaling"] == rope_scaling
@@ -170,5 +184,6 @@ def test_rendered_package_matches_transformers(tmp_path, model_type, rope_scalin
     )  # fmt: skip
     tail = result.stdout[-3000:] + result.stderr[-2000:]
     assert result.returncode == 0, tail
-    passed = 12 if model_type in MOE_CONFIGS else 10  # + the two MoE loader tests
+    # + the two MoE loader tests; MLA: also the MTP-skip and FP8-refusal tests
+    passed = 14 if model_type in MLA_CONFIGS else 12 if model_type in MOE_CONFIGS else 10
     assert f"{passed} passed" in result.stdout and "skipped" not in result.stdout, tail

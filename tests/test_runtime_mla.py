@@ -195,10 +195,6 @@ def test_reader_takes_deepseek_v2_lite(tmp_path):
         (dict(n_group=3), r"n_routed_experts \(256\) must split into n_group \(3\)"),
         (dict(first_k_dense_replace=70), "no layer is MoE"),
         (dict(qk_rope_head_dim=7), "qk_rope_head_dim must be even"),
-        (
-            dict(quantization_config={"quant_method": "fp8", "weight_block_size": [128, 128]}),
-            r"quantization_config \('fp8'\) is not supported.*dequantise",
-        ),
     ],
 )
 def test_reader_refuses_what_the_package_cannot_run(tmp_path, fields, message):
@@ -206,3 +202,17 @@ def test_reader_refuses_what_the_package_cannot_run(tmp_path, fields, message):
     (tmp_path / "config.json").write_text(json.dumps({**config, **fields}))
     with pytest.raises(HFConfigError, match=message):
         read_hf_config(tmp_path)
+
+
+def test_an_fp8_checkpoint_is_read_and_its_weights_refused(tmp_path):
+    """DeepSeek-V3's own config.json (fp8 blocks): the architecture renders; the loader's
+    one line says to dequantise first."""
+    from ascend_runtime.hf_config import quantized_refusal
+
+    config = _saved_config(tmp_path, "DeepseekV3Config")
+    fp8 = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
+    (tmp_path / "config.json").write_text(json.dumps({**config, "quantization_config": fp8}))
+    hf = read_hf_config(tmp_path)
+    assert hf.architecture["family"] == "mla" and hf.quantization == "fp8"
+    message = quantized_refusal(hf.file, hf.quantization)
+    assert "quantization_config (fp8) is not supported" in message and "dequantise" in message

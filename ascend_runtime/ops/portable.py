@@ -284,7 +284,18 @@ def paged_attention(
     block_size: int,
 ) -> torch.Tensor:
     """Decode attention over the paged cache: BNSD query in, BNSD out; Tensor lengths pick
-    the torchair-style op, lists the torch_npu one (as `attention`)."""
+    the torchair-style op, lists the torch_npu one (as `attention`). Under the inductor
+    stand-in (`traced_attention`) the block gather and the masked attention are traced as
+    maths, so the compiler fuses the gather into the attention instead of a Python op that
+    gathers every row's blocks into new tensors each step."""
+    if _traced_attention:
+        bsz, _, _, head_dim = query.shape
+
+        def rows(cache):  # (B, 1, S, N * D) -> BNSD
+            gathered = gather_blocks(cache, block_table, actual_seq_lengths_kv, block_size)
+            return gathered.view(bsz, gathered.shape[2], -1, head_dim).transpose(1, 2)
+
+        return _cached_attention(query, rows(k_cache), rows(v_cache), actual_seq_lengths_kv, scale)
     op = (
         paged_attention_op_t
         if isinstance(actual_seq_lengths_kv, torch.Tensor)

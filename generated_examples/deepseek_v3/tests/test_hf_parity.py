@@ -338,3 +338,15 @@ def test_mtp_layers_are_skipped_with_a_note(checkpoints, model_type, tmp_path, c
     (tmp_path / "config.json").write_text(json.dumps({**config, "num_nextn_predict_layers": 0}))
     with pytest.raises(CheckpointError, match=f"unexpected 2: {mtp}.eh_proj.weight"):
         load_pretrained(MODEL, tmp_path, ops.load("portable"))
+
+
+@pytest.mark.parametrize("model_type", TYPES[:1])
+def test_an_fp8_checkpoint_is_refused_in_one_line(checkpoints, model_type, tmp_path):
+    """DeepSeek-V3's own weights are fp8 blocks (quantization_config, weight_scale_inv):
+    the loader takes float weights and says to dequantise first."""
+    path, _, _ = checkpoints(model_type)
+    config = json.loads((path / "config.json").read_text())
+    fp8 = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    (tmp_path / "config.json").write_text(json.dumps({**config, "quantization_config": fp8}))
+    with pytest.raises(CheckpointError, match=r"quantization_config \(fp8\) .*dequantise"):
+        model_args_from_hf(MODEL, tmp_path)
