@@ -45,6 +45,48 @@ class Source:
     assemble: Callable[[list[torch.Tensor]], torch.Tensor]
 
 
+# How a parameter's pieces combine (Source.assemble), for every weight map:
+
+
+def concat(pieces: list[torch.Tensor]) -> torch.Tensor:
+    """One tensor, or several concatenated on dim 0 (q/k/v, gate/up)."""
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)
+
+
+def stack_gate_up(pieces: list[torch.Tensor]) -> torch.Tensor:
+    """[gate_0, up_0, gate_1, ...] of [I, H] each -> [E, H, 2I] (gate | up per expert), the
+    grouped matmul's [E, K, N] layout (cann-recipes-infer module/fuse_moe_gmm.py)."""
+    pairs = zip(pieces[::2], pieces[1::2], strict=True)
+    return torch.stack([torch.cat(pair, dim=0).t() for pair in pairs])
+
+
+def stack_down(pieces: list[torch.Tensor]) -> torch.Tensor:
+    """[down_0, down_1, ...] of [H, I] each -> [E, I, H]."""
+    return torch.stack([piece.t() for piece in pieces])
+
+
+def transposed(pieces: list[torch.Tensor]) -> torch.Tensor:
+    """A fused HF [E, N, K] expert tensor (transformers 5's in-memory layout) -> [E, K, N]."""
+    return pieces[0].transpose(1, 2).contiguous()
+
+
+def gqa_source(name: str, shape: tuple[int, ...], args) -> Source:
+    """A GQA decoder's parameter (dense, MoE attention and dense MLPs) from Hugging Face's
+    names: one tensor, or q/k/v fused into `qkv_proj` and gate/up into `gate_up_proj`
+    (concatenated on dim 0)."""
+    hf = name if name == "lm_head.weight" else f"model.{name}"
+    rest = shape[1:]
+    if ".self_attn.qkv_proj." in hf:
+        q = args.num_attention_heads * args.head_dim
+        kv = args.num_key_value_heads * args.head_dim
+        keys = [hf.replace(".qkv_proj.", f".{p}_proj.") for p in ("q", "k", "v")]
+        return Source(tuple(keys), ((q, *rest), (kv, *rest), (kv, *rest)), concat)
+    if ".gate_up_proj." in hf:  # a dense MLP or a shared expert
+        keys = [hf.replace(".gate_up_proj.", f".{p}_proj.") for p in ("gate", "up")]
+        return Source(tuple(keys), ((shape[0] // 2, *rest),) * 2, concat)
+    return Source((hf,), (shape,), concat)
+
+
 # Buffers older transformers releases saved with the weights (LlamaRotaryEmbedding's
 # inv_freq, src/transformers/models/llama/modeling_llama.py); this package computes them.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)

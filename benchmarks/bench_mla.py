@@ -19,13 +19,13 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_decode import hf_generate, load_package, package_generate  # noqa: E402
+from bench_decode import load_package  # noqa: E402
+from bench_moe import HF_EAGER, PKG_EAGER, time_package_and_hf  # noqa: E402
 
 NAME = "bench_deepseek_v3"
 CONFIG = dict(
@@ -50,8 +50,6 @@ CONFIG = dict(
     routed_scaling_factor=2.5,
     max_position_embeddings=512,
 )
-HF_EAGER = "transformers generate (eager)"
-PKG_EAGER = "package eager"
 
 
 def make_checkpoint(path: Path):
@@ -76,29 +74,9 @@ def kv_bytes_per_token(element: int = 2) -> tuple[int, int]:
 
 
 def bench_batch(args, pkg, hf, ckpt, batch):
-    torch.manual_seed(batch)
-    prompt = torch.randint(0, CONFIG["vocab_size"], (batch, args.prompt_len))
-    model = pkg["weights"].load_pretrained(
-        pkg["spec"], ckpt, pkg["ops"].load("portable"), dtype=torch.float32, batch_size=batch
+    results, compile_s, recompiles, compiled, _ = time_package_and_hf(
+        args, pkg, hf, ckpt, batch, CONFIG["vocab_size"]
     )
-    config = pkg["inference_config"].ModelConfig(
-        exe_mode="npugraph_ex", fa_interface="torch_npu", enable_dynamic_graph=True
-    )
-    results = {}
-    torch._dynamo.reset()
-    package_generate(pkg, model, model.decode, prompt, 4)  # warm-up
-    results[PKG_EAGER] = package_generate(pkg, model, model.decode, prompt, args.steps)
-    decode = pkg["graph"].compile_decode(model, config, args.portable_backend)
-    start = time.perf_counter()
-    package_generate(pkg, model, decode, prompt, 3)  # compiles
-    compile_s = time.perf_counter() - start
-    graphs = pkg["graph"].graph_count()
-    compiled = f"package compiled ({args.portable_backend})"
-    results[compiled] = package_generate(pkg, model, decode, prompt, args.steps)
-    recompiles = pkg["graph"].graph_count() - graphs
-    hf_generate(hf, prompt, 4)  # warm-up
-    results[HF_EAGER] = hf_generate(hf, prompt, args.steps)
-    torch._dynamo.reset()
     return results, compile_s, recompiles, compiled
 
 

@@ -109,9 +109,12 @@ def gemm_floor(model, batch: int, steps: int):
     return times[4:], None, None
 
 
-def bench_batch(args, pkg, hf, ckpt, batch):
+def time_package_and_hf(args, pkg, hf, ckpt, batch: int, vocab_size: int):
+    """One batch's timings, in one process: the package eager and compiled (portable
+    backend), transformers `generate` eager. Returns (results, cold compile s, recompiles
+    after warm-up, the compiled variant's label, the package model)."""
     torch.manual_seed(batch)
-    prompt = torch.randint(0, CONFIG["vocab_size"], (batch, args.prompt_len))
+    prompt = torch.randint(0, vocab_size, (batch, args.prompt_len))
     model = pkg["weights"].load_pretrained(
         pkg["spec"], ckpt, pkg["ops"].load("portable"), dtype=torch.float32, batch_size=batch
     )
@@ -134,9 +137,16 @@ def bench_batch(args, pkg, hf, ckpt, batch):
 
     hf_generate(hf, prompt, 4)  # warm-up
     results[HF_EAGER] = hf_generate(hf, prompt, args.steps)
+    torch._dynamo.reset()
+    return results, compile_s, recompiles, compiled, model
+
+
+def bench_batch(args, pkg, hf, ckpt, batch):
+    results, compile_s, recompiles, compiled, model = time_package_and_hf(
+        args, pkg, hf, ckpt, batch, CONFIG["vocab_size"]
+    )
     with torch.inference_mode():
         results[FLOOR] = gemm_floor(model, batch, args.steps)
-    torch._dynamo.reset()
     return results, compile_s, recompiles, compiled
 
 

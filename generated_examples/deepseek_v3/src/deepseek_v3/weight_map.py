@@ -13,8 +13,7 @@ kv_b_proj stays one tensor: decode's absorbed W_UK and W_UV are views of it.
 
 from __future__ import annotations
 
-import torch
-from ascend_runtime.weights import Source
+from ascend_runtime.weights import Source, concat, stack_down, stack_gate_up, transposed
 
 from .architecture import ModelArgs
 
@@ -23,36 +22,16 @@ from .architecture import ModelArgs
 CHECKPOINT_RENAMES: dict[str, str] = {}
 
 
-def _concat(pieces: list[torch.Tensor]) -> torch.Tensor:
-    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=0)
-
-
-def _stack_gate_up(pieces: list[torch.Tensor]) -> torch.Tensor:
-    """[gate_0, up_0, gate_1, ...] of [I, H] each -> [E, H, 2I] (gate | up per expert)."""
-    pairs = zip(pieces[::2], pieces[1::2], strict=True)
-    return torch.stack([torch.cat(pair, dim=0).t() for pair in pairs])
-
-
-def _stack_down(pieces: list[torch.Tensor]) -> torch.Tensor:
-    """[down_0, down_1, ...] of [H, I] each -> [E, I, H]."""
-    return torch.stack([piece.t() for piece in pieces])
-
-
-def _transposed(pieces: list[torch.Tensor]) -> torch.Tensor:
-    """A fused HF [E, N, K] expert tensor -> [E, K, N]."""
-    return pieces[0].transpose(1, 2).contiguous()
-
-
 def _expert_sources(hf_experts: str, leaf: str, shape: tuple[int, ...]) -> list[Source]:
     experts, hidden, width = shape  # w13: [E, H, 2I]; w2: [E, I, H]
     if leaf == "w13_weight":
         keys = [f"{hf_experts}.{e}.{p}_proj.weight" for e in range(experts) for p in ("gate", "up")]
-        per_expert = Source(tuple(keys), ((width // 2, hidden),) * (2 * experts), _stack_gate_up)
-        fused = Source((f"{hf_experts}.gate_up_proj",), ((experts, width, hidden),), _transposed)
+        per_expert = Source(tuple(keys), ((width // 2, hidden),) * (2 * experts), stack_gate_up)
+        fused = Source((f"{hf_experts}.gate_up_proj",), ((experts, width, hidden),), transposed)
     else:
         keys = [f"{hf_experts}.{e}.down_proj.weight" for e in range(experts)]
-        per_expert = Source(tuple(keys), ((width, hidden),) * experts, _stack_down)
-        fused = Source((f"{hf_experts}.down_proj",), ((experts, width, hidden),), _transposed)
+        per_expert = Source(tuple(keys), ((width, hidden),) * experts, stack_down)
+        fused = Source((f"{hf_experts}.down_proj",), ((experts, width, hidden),), transposed)
     return [per_expert, fused]
 
 
@@ -64,5 +43,5 @@ def sources(name: str, shape: tuple[int, ...], args: ModelArgs) -> list[Source]:
         return _expert_sources(base, leaf, shape)
     if ".gate_up_proj." in hf:  # a dense MLP or the shared experts
         keys = [hf.replace(".gate_up_proj.", f".{p}_proj.") for p in ("gate", "up")]
-        return [Source(tuple(keys), ((shape[0] // 2, *shape[1:]),) * 2, _concat)]
-    return [Source((hf,), (shape,), _concat)]
+        return [Source(tuple(keys), ((shape[0] // 2, *shape[1:]),) * 2, concat)]
+    return [Source((hf,), (shape,), concat)]
