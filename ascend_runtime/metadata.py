@@ -69,11 +69,12 @@ def decode_inputs(
         )
     device = tokens.device
     kv_len_t = torch.tensor(kv_len, dtype=torch.long, device=device)
-    lengths_q = [1] * len(kv_len)
-    lengths_kv = [n + 1 for n in kv_len]
-    if tensor_lengths:
-        lengths_q = torch.tensor(lengths_q, dtype=torch.long, device=device)
-        lengths_kv = torch.tensor(lengths_kv, dtype=torch.long, device=device)
+    if tensor_lengths:  # one host list -> tensor per step; the rest are device-side
+        lengths_q = torch.ones_like(kv_len_t)
+        lengths_kv = kv_len_t + 1
+    else:
+        lengths_q = [1] * len(kv_len)
+        lengths_kv = [n + 1 for n in kv_len]
     return StepInputs(
         input_ids=tokens.view(-1, 1),
         position_ids=kv_len_t.view(-1, 1),

@@ -66,10 +66,14 @@ class StableDecode:
         self.calls = 0
         self.signature: tuple | None = None  # set when warm-up has compiled the one graph
         self.guarded = False  # warm-up still compiled on its last call: guards stay on
+        self._attention = None  # the module whose kv_cache is checked
 
     def _cache(self) -> torch.Tensor:
-        attn = next(iter(self.model.attention_modules()))
-        return next(attn.kv_cache.buffers())  # K (or the MLA latent) of layer 0
+        """Layer 0's K (or MLA latent) buffer, read from its cache module each call:
+        setup_caches may have replaced the module (the identity is what is checked)."""
+        if self._attention is None:
+            self._attention = next(iter(self.model.attention_modules()))
+        return next(iter(self._attention.kv_cache._buffers.values()))
 
     def __call__(self, **kwargs):
         if self.signature is None:

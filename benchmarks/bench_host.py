@@ -7,7 +7,7 @@ every dynamo guard an NPU backend has; and the inductor perf stand-in). Per step
 of STEPS calls, microseconds:
 
 - inputs: building the step's inputs (metadata.decode_inputs);
-- check: stable_decode's host check of the step signature;
+- check: stable_decode's host check of the step signature (the KV cache's lookup included);
 - guarded / skipped: the decode call with dynamo's guards evaluated / skipped after warm-up
   (stable_decode.StableDecode); their difference is guard evaluation;
 - host: inputs + check, the host time a step pays outside the compiled call once guards
@@ -90,11 +90,10 @@ def measure(mode: str, tensor_lengths: bool, backend: str, batch: int, steps: in
     for _ in range(3):  # warm-up: compiles, then the wrapper starts skipping guards
         decode(**kwargs)
     assert decode.signature is not None, "guards were not skipped after warm-up"
-    cache = model.layers[0].self_attn.kv_cache.k_cache
     names = ("inputs", "check", "guarded", "skipped")
     figures = median_us(
         lambda: decode_inputs(tokens, kv_len, tensor_lengths).as_kwargs(),
-        lambda: _signature(kwargs, cache) == decode.signature,
+        lambda: _signature(kwargs, decode._cache()) == decode.signature,
         lambda: decode.compiled(**kwargs),
         lambda: decode(**kwargs),
         steps=steps,
