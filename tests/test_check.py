@@ -107,6 +107,34 @@ def test_eval_mode_dropout_is_not_a_capture_failure():
     assert hazards_of(src) == [(8, "GM004")]  # the one whose training defaults to True
 
 
+def test_what_follows_a_return_at_inference_is_training_only():
+    """drop_path (timm, transformers: 44 DropPath hits over transformers' models) returns its
+    input unless training; its torch.rand runs only in training. Random ops before such a
+    return, or in a function without one, are still found."""
+    src = (
+        "import torch\n"
+        "from torch import nn\n"
+        "def drop_path(x, p=0.0, training=False):\n"
+        "    noise = torch.randn_like(x)\n"
+        "    if p == 0.0 or not training:\n"
+        "        return x + noise\n"
+        "    return x * torch.rand(x.shape[0], 1)\n"
+        "class M(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        x = drop_path(x, 0.1, self.training)\n"
+        "        if not self.training:\n"
+        "            return x\n"
+        "        return torch.rand_like(x)\n"
+        "class N(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        if x.shape[0] > 1 and not self.training:\n"
+        "            return x\n"
+        "        return torch.rand_like(x)\n"
+    )
+    # line 4: before the return; line 18: N's early return is not taken for one row
+    assert hazards_of(src) == [(4, "GM004"), (18, "GM004")]
+
+
 # -- focused heuristics ---------------------------------------------------------------------------
 def hazards_of(source: str) -> list[tuple[int, str]]:
     return sorted((h.line, h.rule) for h in analyze_source(source)[0])

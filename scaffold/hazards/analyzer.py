@@ -116,6 +116,29 @@ def _is_training_test(test: ast.AST) -> bool:
     return False
 
 
+def _is_training_name(node: ast.AST) -> bool:
+    """`training`/`train`/`is_training` or `<x>.training` (nn.Module.eval() turns it off)."""
+    if isinstance(node, ast.Name):
+        return node.id in ("training", "train", "is_training")
+    return isinstance(node, ast.Attribute) and node.attr == "training"
+
+
+def _returns_at_inference(stmt: ast.AST) -> bool:
+    """``if not training: return ...`` (also or-ed: ``if p == 0.0 or not training: return x``,
+    timm's and transformers' drop_path): what follows it runs only while training."""
+    if not isinstance(stmt, ast.If) or stmt.orelse or not stmt.body:
+        return False
+    if not isinstance(stmt.body[0], ast.Return):
+        return False
+    tests = stmt.test.values if isinstance(stmt.test, ast.BoolOp) else [stmt.test]
+    if isinstance(stmt.test, ast.BoolOp) and not isinstance(stmt.test.op, ast.Or):
+        return False
+    return any(
+        isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not) and _is_training_name(t.operand)
+        for t in tests
+    )
+
+
 def _none_test_name(test: ast.AST) -> str | None:
     """``X`` for ``if X is None:``."""
     if (
@@ -364,7 +387,13 @@ class _Visitor:
         self.frames.append(frame)
         saved = self.classes
         self.classes = []
-        yield from node.body
+        training_only = 0  # after `if not training: return`, the rest runs only in training
+        for stmt in node.body:
+            yield stmt
+            if not training_only and _returns_at_inference(stmt):
+                training_only = 1
+                self.training += 1
+        self.training -= training_only
         self.classes = saved
         if forward:
             for anchor, message in seq_len_hazards(node):

@@ -79,7 +79,8 @@ _RULES = (
         "Remove it from the inference forward (dropout is identity at inference), or pass a "
         "precomputed tensor in as an input.",
         "torch random functions, in-place random tensor methods and F.dropout in forward scope "
-        "(except code under 'if self.training'). Dropout that is off in eval mode is not "
+        "(except code under 'if self.training', or after an 'if not training: return' such as "
+        "drop_path's). Dropout that is off in eval mode is not "
         "flagged: nn.Dropout modules, F.dropout(..., training=self.training / module.training / "
         "training / False); F.dropout with training left at its default (True) is.",
     ),
