@@ -89,6 +89,10 @@ _MOE_INT_FIELDS = (
     "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
     "decoder_sparse_step",
 )  # fmt: skip
+_MLA_INT_FIELDS = (
+    "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "n_routed_experts",
+    "moe_layer_freq",
+)  # fmt: skip
 _FLOAT_FIELDS = ("rms_norm_eps", "rope_theta")
 _BOOL_FIELDS = (
     "tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "norm_topk_prob",
@@ -212,6 +216,14 @@ def read_hf_config(path: str | Path) -> HFConfig:
     for key in (*_INT_FIELDS, *_MOE_INT_FIELDS):  # a wrong type names its field, first
         if key in cfg:
             _positive_int(cfg[key], key, where)
+    if model_type in MLA_MODEL_TYPES:
+        for key in _MLA_INT_FIELDS:
+            if key in cfg:
+                _positive_int(cfg[key], key, where)
+        for key in ("n_shared_experts", "first_k_dense_replace"):
+            if key in cfg:
+                _int_at_least(cfg, key, 0, where)
+        _positive_float(cfg["routed_scaling_factor"], "routed_scaling_factor", where)
     for key in _FLOAT_FIELDS:
         if key in cfg:
             _positive_float(cfg[key], key, where)

@@ -195,6 +195,10 @@ def test_reader_takes_deepseek_v2_lite(tmp_path):
         (dict(n_group=3), r"n_routed_experts \(256\) must split into n_group \(3\)"),
         (dict(first_k_dense_replace=70), "no layer is MoE"),
         (dict(qk_rope_head_dim=7), "qk_rope_head_dim must be even"),
+        # a wrong type names its field first, before the checks that combine fields
+        (dict(kv_lora_rank="512", first_k_dense_replace=99), "kv_lora_rank must be a positive"),
+        (dict(n_shared_experts=True), "n_shared_experts must be an integer >= 0, got True"),
+        (dict(routed_scaling_factor=float("nan")), "routed_scaling_factor must be a finite"),
     ],
 )
 def test_reader_refuses_what_the_package_cannot_run(tmp_path, fields, message):
