@@ -1,4 +1,4 @@
-"""A MLA decoder with DeepSeek MoE layers: eager prefill, graph-compiled decode.
+"""An MLA decoder with DeepSeek MoE layers: eager prefill, graph-compiled decode.
 
 Rendered by ascend-scaffold as
 deepseek_v2_lite.
