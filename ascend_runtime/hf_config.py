@@ -352,6 +352,17 @@ def moe_layer_indices(
     )
 
 
+def mla_moe_layer_indices(
+    num_layers: int, first_k_dense_replace: int, moe_layer_freq: int
+) -> tuple[int, ...]:
+    """DeepSeek's MoE layers (cann-recipes-infer's models/deepseek_r1, DeepSeek's own code):
+    layer i is MoE iff i >= first_k_dense_replace and i % moe_layer_freq == 0
+    (transformers 5 ignores moe_layer_freq, 1 in every released DeepSeek)."""
+    return tuple(
+        i for i in range(num_layers) if i >= first_k_dense_replace and i % moe_layer_freq == 0
+    )
+
+
 def parse_layer_list(text: str) -> tuple[int, ...]:
     """The interview's "0, 3" or "0 3" (layer indices separated by commas or spaces; empty:
     none) as a tuple; copier.yml's validator has refused anything else."""
@@ -632,16 +643,14 @@ def _mla(
         )
     first_dense = _int_at_least(cfg, "first_k_dense_replace", 0, where)
     freq = _int_at_least({"moe_layer_freq": 1, **cfg}, "moe_layer_freq", 1, where)
-    if not any(i >= first_dense and i % freq == 0 for i in range(layers)):
+    if not mla_moe_layer_indices(layers, first_dense, freq):
         raise HFConfigError(
             f"{where}: no layer is MoE (first_k_dense_replace={first_dense}, "
             f"moe_layer_freq={freq}, {layers} layers)"
         )
     # null means no query latent (DeepSeek-V2-Lite), not the config class's default
     q_lora = raw["q_lora_rank"] if "q_lora_rank" in raw else cfg.get("q_lora_rank")
-    rope_dim = _positive_int(cfg["qk_rope_head_dim"], "qk_rope_head_dim", where)
-    if rope_dim % 2:
-        raise HFConfigError(f"{where}: qk_rope_head_dim must be even, got {rope_dim}")
+    rope_dim = cfg["qk_rope_head_dim"]  # checked, even and positive, by read_hf_config
     scaling = _positive_float(cfg["routed_scaling_factor"], "routed_scaling_factor", where)
     return {
         "q_lora_rank": 0 if q_lora is None else _positive_int(q_lora, "q_lora_rank", where),

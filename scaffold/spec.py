@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ascend_runtime.hf_config import moe_layer_indices, parse_layer_list
+from ascend_runtime.hf_config import mla_moe_layer_indices, moe_layer_indices, parse_layer_list
 
 from .errors import UserError
 from .questions import asked_questions, load_questions, question, with_computed
@@ -139,8 +139,9 @@ def moe_layers(a: Mapping[str, Any]) -> tuple[int, ...]:
     """The MoE layers of family moe or mla answers (none for dense): the template's rules
     (ascend_runtime.args.moe_layers)."""
     if a["family"] == "mla":
-        first, every = a["first_k_dense_replace"], a["moe_layer_freq"]
-        return tuple(i for i in range(a["num_hidden_layers"]) if i >= first and i % every == 0)
+        return mla_moe_layer_indices(
+            a["num_hidden_layers"], a["first_k_dense_replace"], a["moe_layer_freq"]
+        )
     if a["family"] != "moe":
         return ()
     only = parse_layer_list(a["mlp_only_layers"])
