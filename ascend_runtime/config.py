@@ -161,6 +161,10 @@ class DataConfig:
 
 @dataclass
 class ParallelConfig:
+    """cann-recipes-infer's parallel sizes (ascend_runtime/parallel.py uses them): ranks,
+    and how many of them split attention heads, dense MLPs, the experts' intermediate size
+    (expert parallel = world_size / moe_tp_size), the embedding and the lm_head."""
+
     world_size: int = 1
     attn_tp_size: int = 1
     moe_tp_size: int = 1
@@ -176,10 +180,6 @@ class ParallelConfig:
                 raise ConfigError(
                     f"parallel_config.{f.name} ({size}) must divide world_size ({self.world_size})"
                 )
-        if self.world_size != 1:
-            raise ConfigError(
-                f"parallel_config.world_size={self.world_size}: this package runs on one device"
-            )
 
 
 @dataclass

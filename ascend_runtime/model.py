@@ -22,6 +22,7 @@ from .kv_cache import KVCache
 from .latent_cache import LatentCache, PagedLatentCache
 from .ops import Lengths
 from .paged_kv_cache import PagedKVCache
+from .parallel import SINGLE, Parallel
 
 KV_CACHES = ("contiguous", "paged")
 
@@ -42,11 +43,13 @@ class AttentionMetadata(NamedTuple):
 class CausalLM(nn.Module):
     """Base of a package's Transformer: `self.args` (with kv_cache, block_size and
     kv_cache_tokens), `self.rotary`, and `attention_modules()` holding `kv_cache`: K and V
-    of `num_kv_heads` x `head_dim`, or, for an attention module with `latent_dims`
-    (kv_lora_rank, rope dim), MLA's latent cache (latent_cache.py)."""
+    of `num_kv_heads` x `head_dim` (this rank's heads under attention TP), or, for an
+    attention module with `latent_dims` (kv_lora_rank, rope dim), MLA's latent cache
+    (latent_cache.py), whole on every rank as cann-recipes-infer keeps it."""
 
     args: Any
     block_allocator: BlockAllocator | None = None
+    parallel: Parallel = SINGLE  # this rank's groups (parallel.py): set by the constructor
 
     def attention_modules(self) -> Iterator[nn.Module]:
         """Every module that owns a KV cache (default: `layer.self_attn` of `self.layers`)."""

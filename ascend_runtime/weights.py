@@ -33,6 +33,7 @@ from .hf_config import (
     read_hf_config,
 )
 from .model import CausalLM, ModelSpec
+from .parallel import SINGLE, Parallel
 
 
 @dataclass(frozen=True)
@@ -256,8 +257,11 @@ def _checkpoint_tensors(
     original = {overrides.get(k, k): k for k in stored}
     files = {overrides.get(k, k): file for k, file in stored.items()}
     params = dict(model.named_parameters())
+    sharded = {name: _sharding(model, name) for name in params}
     chosen = {
-        name: _chosen(spec.weight_sources(name, tuple(param.shape), model.args), files)
+        name: _chosen(
+            spec.weight_sources(name, _full_shape(param, sharded[name]), model.args), files
+        )
         for name, param in params.items()
     }
     needed = {key for source in chosen.values() for key in source.keys}
@@ -278,15 +282,55 @@ def _checkpoint_tensors(
         }
         for name, source in chosen.items():
             pieces = []
-            for key, shape in zip(source.keys, source.shapes, strict=True):
-                piece = _get_tensor(handles[files[key]], original[key], files[key])
-                if tuple(piece.shape) != shape:
-                    raise CheckpointError(
-                        f"{files[key]}: tensor {original[key]} has shape {tuple(piece.shape)}, "
-                        f"this model needs {shape} (for {name})"
-                    )
-                pieces.append(piece)
+            for index, (key, shape) in enumerate(zip(source.keys, source.shapes, strict=True)):
+                piece = _read(
+                    handles[files[key]], original[key], files[key], shape, name, sharded[name],
+                    index, len(source.keys),
+                )  # fmt: skip
+                if piece is not None:
+                    pieces.append(piece)
             yield name, source.assemble(pieces)
+
+
+def _sharding(model: CausalLM, name: str):
+    """(layer, parameter leaf) when the model is split over ranks and the layer holding
+    `name` is sharded (layers/linear.py's protocol), else None: the whole tensor."""
+    if not model.parallel.distributed:
+        return None
+    path, _, leaf = name.rpartition(".")
+    owner = model.get_submodule(path)
+    return (owner, leaf) if hasattr(owner, "shard") else None
+
+
+def _full_shape(param: torch.Tensor, sharding) -> tuple[int, ...]:
+    if sharding is None:
+        return tuple(param.shape)
+    owner, leaf = sharding
+    return owner.full_shape(leaf, tuple(param.shape))
+
+
+def _read(handle, key, file, shape, name, sharding, index, count) -> torch.Tensor | None:
+    """Checkpoint tensor `key`, checked against the full `shape` it must have; sharded,
+    only this rank's part of it is read (a safetensors slice), None when it has none."""
+    try:
+        piece = handle.get_slice(key) if sharding is not None else None
+        found = tuple(piece.get_shape()) if piece is not None else None
+    except Exception as exc:
+        raise _unreadable(file, exc) from None
+    if piece is None:
+        tensor = _get_tensor(handle, key, file)
+        found = tuple(tensor.shape)
+    if found != shape:
+        raise CheckpointError(
+            f"{file}: tensor {key} has shape {found}, this model needs {shape} (for {name})"
+        )
+    if piece is None:
+        return tensor
+    owner, leaf = sharding
+    try:
+        return owner.shard(leaf, index, count, piece)
+    except Exception as exc:  # unreadable data
+        raise _unreadable(file, exc) from None
 
 
 @torch.no_grad()
@@ -317,6 +361,7 @@ def load_pretrained(
     batch_size: int = 1,
     kv_cache_tokens: int | None = None,
     max_seq_len: int | None = None,
+    parallel: Parallel = SINGLE,
 ) -> CausalLM:
     """Build the model from a checkpoint's config.json, load its weights, allocate caches.
 
@@ -325,15 +370,31 @@ def load_pretrained(
     (`load_state_dict(..., assign=True)`), each converted once to `dtype` on `device`.
     What is not in the checkpoint is then created on `device`: the RoPE cos/sin tables
     (`RotaryEmbedding.reset_tables`) and the KV cache (`setup_caches`).
+    Split over ranks (`parallel`), each rank reads only its own slices of each tensor and
+    allocates the KV cache of its own heads.
     """
     args = model_args_from_hf(spec, path, max_seq_len)
     dtype, device = _as_dtype(dtype), torch.device(device)
     with torch.device("meta"):
-        model = spec.model_class(args, ops_module)
+        model = spec.model_class(args, ops_module, parallel)
     loaded = {
-        name: nn.Parameter(tensor.to(device=device, dtype=dtype))
+        name: tensor.to(device=device, dtype=dtype)
         for name, tensor in _checkpoint_tensors(spec, model, path)
     }
+    return assign_weights(model, loaded, device, dtype, batch_size, kv_cache_tokens)
+
+
+def assign_weights(
+    model: CausalLM,
+    tensors: dict[str, torch.Tensor],
+    device: torch.device,
+    dtype: torch.dtype,
+    batch_size: int,
+    kv_cache_tokens: int | None = None,
+) -> CausalLM:
+    """A meta-device `model` takes `tensors` (one per parameter, tied ones once) as its
+    parameters; then the RoPE tables and the KV cache are created on `device`."""
+    loaded = {name: nn.Parameter(tensor) for name, tensor in tensors.items()}
     # Every name of every parameter (a tied lm_head.weight too) gets the one loaded
     # Parameter, so assign=True keeps tied weights one tensor.
     first: dict[int, str] = {}
@@ -352,3 +413,19 @@ def load_pretrained(
             "create it in RotaryEmbedding.reset_tables or setup_caches"
         )
     return model
+
+
+def shard_state(model: CausalLM, full: CausalLM) -> dict[str, torch.Tensor]:
+    """This rank's part of every parameter of `full`, the same model on one device (random
+    weights under parallelism: every rank builds the one-device model from the same seed
+    and keeps its shards)."""
+    whole = dict(full.named_parameters())
+    out = {}
+    for name, _ in model.named_parameters():
+        sharding = _sharding(model, name)
+        if sharding is None:
+            out[name] = whole[name].detach()
+            continue
+        owner, leaf = sharding
+        out[name] = owner.local_of(leaf, whole[name].detach())
+    return out

@@ -13,6 +13,11 @@ keeps (docs/design.md):
   weight [N * (nope + v), kv_lora_rank] is split per head into W_UK [N, nope, kv_lora] and
   W_UV [N, v, kv_lora]: views of the one parameter, no copy.
 Every per-step value (cos/sin, kv_len, actual_seq_lengths) arrives in `meta`.
+
+Under attention TP this rank holds num_attention_heads / attn_tp_size heads: q_b_proj (or
+q_proj) and kv_b_proj are column-parallel by head, o_proj row-parallel (a partial sum the
+decoder layer all-reduces). The latent and its cache are whole on every rank, as
+cann-recipes-infer keeps them: kv_a_proj_with_mqa is replicated.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ from __future__ import annotations
 from types import ModuleType
 
 import torch
+from ascend_runtime.layers.linear import ColumnParallelLinear, RowParallelLinear
 from ascend_runtime.layers.norm import RMSNorm
 from ascend_runtime.layers.rope import rotate_interleaved
 from ascend_runtime.layers.rope_scaling import softmax_mscale
 from ascend_runtime.model import AttentionMetadata
+from ascend_runtime.parallel import SINGLE, Parallel
 from torch import nn
 from torch.nn import functional as F
 
@@ -31,30 +38,30 @@ from ..architecture import ModelArgs
 
 
 class Attention(nn.Module):
-    def __init__(self, args: ModelArgs, ops: ModuleType):
+    def __init__(self, args: ModelArgs, ops: ModuleType, parallel: Parallel = SINGLE):
         super().__init__()
         self.ops = ops
-        self.num_heads = args.num_attention_heads
+        tp = parallel.attn_tp
+        self.num_heads = args.num_attention_heads // tp.size  # this rank's heads
         self.nope_dim, self.rope_dim = args.qk_nope_head_dim, args.qk_rope_head_dim
         self.v_dim, self.kv_lora_rank = args.v_head_dim, args.kv_lora_rank
         self.qk_dim = self.nope_dim + self.rope_dim
         self.scale = self.qk_dim**-0.5 * softmax_mscale(args)
         self.rope_interleave = args.rope_interleave
-        query_width = self.num_heads * self.qk_dim
+        query_width = args.num_attention_heads * self.qk_dim
         if args.q_lora_rank:  # DeepSeek-V3: the query through its own low-rank latent
             self.q_a_proj = nn.Linear(args.hidden_size, args.q_lora_rank, bias=False)
             self.q_a_layernorm = RMSNorm(args.q_lora_rank, args.rms_norm_eps, ops)
-            self.q_b_proj = nn.Linear(args.q_lora_rank, query_width, bias=False)
+            self.q_b_proj = ColumnParallelLinear.split(args.q_lora_rank, (query_width,), tp)
         else:  # DeepSeek-V2-Lite
-            self.q_proj = nn.Linear(args.hidden_size, query_width, bias=False)
+            self.q_proj = ColumnParallelLinear.split(args.hidden_size, (query_width,), tp)
         self.kv_a_proj_with_mqa = nn.Linear(
             args.hidden_size, self.kv_lora_rank + self.rope_dim, bias=False
         )
         self.kv_a_layernorm = RMSNorm(self.kv_lora_rank, args.rms_norm_eps, ops)
-        self.kv_b_proj = nn.Linear(
-            self.kv_lora_rank, self.num_heads * (self.nope_dim + self.v_dim), bias=False
-        )
-        self.o_proj = nn.Linear(self.num_heads * self.v_dim, args.hidden_size, bias=False)
+        heads_kv = args.num_attention_heads * (self.nope_dim + self.v_dim)
+        self.kv_b_proj = ColumnParallelLinear.split(self.kv_lora_rank, (heads_kv,), tp)
+        self.o_proj = RowParallelLinear(args.num_attention_heads * self.v_dim, args.hidden_size, tp)
         self.latent_dims = (self.kv_lora_rank, self.rope_dim)  # the cache model.py allocates
         self.kv_cache = None  # LatentCache or PagedLatentCache: model.setup_caches fills it
 

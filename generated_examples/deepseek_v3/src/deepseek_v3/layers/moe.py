@@ -8,6 +8,11 @@ shapes), then `ops.moe_experts` dispatches by expert, runs the two grouped matmu
 SwiGLU between and combines the weighted results with the shared experts' output (on the
 NPU as npu_moe_finalize_routing's skip1). Every tensor is sized by tokens x top-k or by the
 expert count, so one decode graph serves every routing.
+
+Split over ranks (parallel_config), each rank holds world_size / moe_tp_size of the routed
+experts, each cut to its moe_tp_size share of the intermediate size, and its share of the
+shared experts; a slot routed elsewhere weighs 0 here (`RoutedExperts.local_routing`) and
+the decoder layer all-reduces the partial sums.
 """
 
 from types import ModuleType
@@ -16,6 +21,7 @@ import torch
 from ascend_runtime.layers.deepseek_router import Routing
 from ascend_runtime.layers.experts import RoutedExperts
 from ascend_runtime.layers.mlp import MLP
+from ascend_runtime.parallel import SINGLE, Parallel
 from torch import nn
 from torch.nn import functional as F
 
@@ -45,21 +51,28 @@ class Router(nn.Module):
 
 
 class DeepseekMoE(nn.Module):
-    def __init__(self, args: ModelArgs, ops: ModuleType):
+    def __init__(self, args: ModelArgs, ops: ModuleType, parallel: Parallel = SINGLE):
         super().__init__()
         self.ops = ops
         self.gate = Router(args, ops)
-        self.experts = RoutedExperts(args.num_experts, args.hidden_size, args.moe_intermediate_size)
+        self.experts = RoutedExperts(
+            args.num_experts,
+            args.hidden_size,
+            args.moe_intermediate_size,
+            parallel.moe_ep,
+            parallel.moe_tp,
+        )
         self.shared_experts = None
         if args.n_shared_experts:
             width = args.moe_intermediate_size * args.n_shared_experts
-            self.shared_experts = MLP(args.hidden_size, width)
+            self.shared_experts = MLP(args.hidden_size, width, parallel.moe)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = x.reshape(-1, x.shape[-1])
         weights, expert_ids = self.gate.route(tokens)
+        expert_ids, weights = self.experts.local_routing(expert_ids, weights)
         shared = None if self.shared_experts is None else self.shared_experts(tokens)
         out = self.ops.moe_experts(
             tokens, expert_ids, weights, self.experts.w13_weight, self.experts.w2_weight, shared
         )
-        return out.view(x.shape)
+        return out.view(x.shape)  # this rank's partial sum

@@ -5,6 +5,11 @@ token per row into the cache in place (`kv_cache.update`: torch_npu.scatter_upda
 npu_scatter_nd_update_ for a paged cache) and attends with the fused
 npu_fused_infer_attention_score (`kv_cache.attend`, ascend_runtime/ops/npu.py), every
 per-step value (cos/sin, kv_len, actual_seq_lengths) arriving in `meta`.
+
+Under attention TP this rank holds num_attention_heads / attn_tp_size query heads and its
+KV heads (one, replicated, when there are fewer KV heads than ranks), and caches only
+those; o_proj is row-parallel, so the output is a partial sum the decoder layer
+all-reduces (ascend_runtime/layers/linear.py).
 """
 
 from __future__ import annotations
@@ -12,26 +17,35 @@ from __future__ import annotations
 from types import ModuleType
 
 import torch
+from ascend_runtime.layers.linear import RowParallelLinear, qkv_linear
 from ascend_runtime.layers.norm import RMSNorm
 from ascend_runtime.model import AttentionMetadata
+from ascend_runtime.parallel import SINGLE, Parallel
 from torch import nn
 
 from ..architecture import ModelArgs
 
 
 class Attention(nn.Module):
-    def __init__(self, args: ModelArgs, ops: ModuleType):
+    def __init__(self, args: ModelArgs, ops: ModuleType, parallel: Parallel = SINGLE):
         super().__init__()
         self.ops = ops
-        self.num_heads = args.num_attention_heads
-        self.num_kv_heads = args.num_key_value_heads
+        tp = parallel.attn_tp
         self.head_dim = args.head_dim
         self.scale = args.head_dim**-0.5
-        self.qkv_sizes = [
-            n * args.head_dim for n in (self.num_heads, self.num_kv_heads, self.num_kv_heads)
-        ]
-        self.qkv_proj = nn.Linear(args.hidden_size, sum(self.qkv_sizes), bias=args.attention_bias)
-        self.o_proj = nn.Linear(self.num_heads * args.head_dim, args.hidden_size, bias=False)
+        self.qkv_proj = qkv_linear(
+            args.hidden_size,
+            args.head_dim,
+            args.num_attention_heads,
+            args.num_key_value_heads,
+            tp,
+            bias=args.attention_bias,
+        )
+        self.qkv_sizes = self.qkv_proj.local_sizes  # this rank's q, k, v widths
+        self.num_heads, self.num_kv_heads = (n // args.head_dim for n in self.qkv_sizes[:2])
+        self.o_proj = RowParallelLinear(
+            args.num_attention_heads * args.head_dim, args.hidden_size, tp
+        )
         self.qk_norm = args.qk_norm  # Qwen3: RMSNorm over each head's q and k
         if self.qk_norm:
             self.q_norm = RMSNorm(args.head_dim, args.rms_norm_eps, ops)

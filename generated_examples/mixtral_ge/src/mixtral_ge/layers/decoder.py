@@ -1,5 +1,9 @@
 """One decoder layer of a mixture-of-experts model: pre-norm attention, then a pre-norm
-sparse MoE block on the layers ModelArgs.moe_layers lists, a dense SwiGLU MLP on the rest."""
+sparse MoE block on the layers ModelArgs.moe_layers lists, a dense SwiGLU MLP on the rest.
+
+Split over ranks, attention and the MLP or MoE block each return this rank's partial sum;
+the two all_reduces here complete them: over the attention TP group, then over the dense
+TP group or, for a MoE layer, every rank (each holds a part of its experts)."""
 
 from types import ModuleType
 
@@ -7,6 +11,7 @@ import torch
 from ascend_runtime.layers.mlp import MLP
 from ascend_runtime.layers.norm import RMSNorm
 from ascend_runtime.model import AttentionMetadata
+from ascend_runtime.parallel import SINGLE, Parallel
 from torch import nn
 
 from ..architecture import ModelArgs
@@ -15,16 +20,21 @@ from .moe import SparseMoeBlock
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, args: ModelArgs, ops: ModuleType, layer_idx: int):
+    def __init__(
+        self, args: ModelArgs, ops: ModuleType, layer_idx: int, parallel: Parallel = SINGLE
+    ):
         super().__init__()
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
-        self.self_attn = Attention(args, ops)
+        self.self_attn = Attention(args, ops, parallel)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps, ops)
         if layer_idx in args.moe_layers:
-            self.mlp = SparseMoeBlock(args, ops)
+            self.mlp = SparseMoeBlock(args, ops, parallel)
+            self.mlp_group = parallel.moe
         else:
-            self.mlp = MLP(args.hidden_size, args.intermediate_size)
+            self.mlp = MLP(args.hidden_size, args.intermediate_size, parallel.dense_tp)
+            self.mlp_group = parallel.dense_tp
+        self.attn_tp = parallel.attn_tp
 
     def forward(self, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), meta)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        h = x + self.attn_tp.all_reduce(self.self_attn(self.input_layernorm(x), meta))
+        return h + self.mlp_group.all_reduce(self.mlp(self.post_attention_layernorm(h)))
