@@ -11,7 +11,7 @@ Importing this package imports nothing else: `hf_config` is standard library onl
 the scaffold reads config.json with it without torch installed.
 """
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 # A rendered package declares `ascend-scaffold>=RUNTIME_API,<next minor>`: the runtime's
 # API changes only with the minor version.
-RUNTIME_API = "0.4"
+RUNTIME_API = "0.5"

@@ -84,15 +84,6 @@ def _check_mla(args) -> None:
         )
 
 
-def kv_cache_widths(args) -> tuple[int, ...]:
-    """Elements cached per token per layer, one entry per cache tensor: K and V of
-    num_key_value_heads x head_dim, or MLA's latent (kv_lora_rank) and rope key."""
-    if args.family == "mla":
-        return (args.kv_lora_rank, args.qk_rope_head_dim)
-    width = args.num_key_value_heads * args.head_dim
-    return (width, width)
-
-
 def hf_model_types(args) -> tuple[str, ...]:
     """The Hugging Face model_type(s) whose checkpoints these flags run: the one answer the
     checkpoint loader and the package's HF-parity test both use. Empty when no HF model

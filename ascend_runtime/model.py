@@ -110,6 +110,15 @@ class CausalLM(nn.Module):
                 self.block_allocator, attn.num_kv_heads, attn.head_dim, attn.ops, **where
             )
 
+    def kv_elements_per_token(self) -> int:
+        """Cache elements one token takes in every layer together on this rank: K and V of
+        its KV heads, or MLA's latent and rope key (works on a meta-device model)."""
+        total = 0
+        for attn in self.attention_modules():
+            latent = getattr(attn, "latent_dims", None)
+            total += sum(latent) if latent else 2 * attn.num_kv_heads * attn.head_dim
+        return total
+
     @property
     def kv_cache_tokens(self) -> int | None:
         """A paged pool's token budget (whole blocks, null excluded); None when contiguous

@@ -72,7 +72,9 @@ class Group:
             return x
         rows = x.reshape(-1, x.shape[-1]).contiguous()
         out = rows.new_empty((self.size * rows.shape[0], rows.shape[1]))
-        dist.all_gather_into_tensor(out, rows, group=self.group)
+        # all_gather_single: torch 2.13's name for all_gather_into_tensor (deprecated there);
+        # dynamo remaps both to the functional all_gather (traceable_collective_remaps).
+        dist.all_gather_single(out, rows, group=self.group)
         out = out.view(self.size, *rows.shape).permute(1, 0, 2)
         return out.reshape(*x.shape[:-1], self.size * x.shape[-1])
 
@@ -186,7 +188,7 @@ def _launch_hint(world: int) -> str:
     return (
         f"launch {world} processes, one per device: torchrun --nproc-per-node {world} -m "
         "<package>.runner --config <yaml>, or set LOCAL_RANK, RANK_OFFSET, WORLD_SIZE, "
-        "MASTER_ADDR and MASTER_PORT for each (docs/parallel.md)"
+        "MASTER_ADDR and MASTER_PORT for each (the package's README, 'Run on several devices')"
     )
 
 
@@ -295,8 +297,11 @@ def check_parallel(args, config: ParallelConfig) -> None:
         needs("intermediate_size", args.intermediate_size, config.dense_tp_size, "dense_tp_size")
     if args.family != "dense":
         ep = world // config.moe_tp_size
-        needs("num_experts", args.num_experts, ep, f"the expert-parallel size (world_size / "
-              f"moe_tp_size = {world} / {config.moe_tp_size})")  # fmt: skip
+        if args.num_experts % ep:
+            problems.append(
+                f"num_experts ({args.num_experts}) is not divisible by the expert-parallel "
+                f"size, world_size / moe_tp_size = {world} / {config.moe_tp_size} = {ep}"
+            )
         needs("moe_intermediate_size", args.moe_intermediate_size, config.moe_tp_size,
               "moe_tp_size")  # fmt: skip
         shared = _shared_width(args)

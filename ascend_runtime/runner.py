@@ -14,6 +14,13 @@ a tokenizer) are printed per row.
 Exits 1 if decode compiled again after warm-up (a recompile on the hot path). Bad input
 (flags, config, checkpoint, prompt, lengths that do not fit the KV cache) exits 2 with one
 `error:` line on stderr, before the model is built.
+
+With parallel_config.world_size N > 1, one process per device (ascend_runtime/parallel.py):
+
+    torchrun --nproc-per-node N -m <package>.runner --config config/<package>.yaml
+
+Rank 0 prints. A rank that fails before decode (config, checkpoint, memory) fails every
+rank with its message (exit 2), before any of them waits in a collective.
 """
 
 from __future__ import annotations
@@ -27,7 +34,6 @@ from dataclasses import dataclass
 import torch
 
 from . import ops
-from .args import kv_cache_widths
 from .block_allocator import BUDGET_KEY, pool_blocks, request_blocks
 from .config import (
     NEW_TOKENS_KEY,
@@ -42,9 +48,17 @@ from .config import (
 from .generation import Generation, cache_shape, eos_token_ids, generate
 from .graph import PORTABLE_BACKENDS, compile_decode, graph_break_count, graph_count
 from .model import CausalLM, ModelSpec
+from .parallel import (
+    SINGLE,
+    Parallel,
+    check_parallel,
+    init_parallel,
+    launch_environment,
+    on_every_rank,
+)
 from .sampling import TokenSampler
 from .tokenizer import prompt_ids
-from .weights import load_pretrained, model_args_from_hf
+from .weights import assign_weights, load_pretrained, model_args_from_hf, shard_state
 
 # Model dtypes the fused attention takes on A2 and A3 (npu_fused_infer_attention_score in
 # torch_npu/_op_plugin_docs.py; int8 is for quantised KV only).
@@ -76,27 +90,68 @@ class RunReport:
         )
 
 
-def build_model(spec: ModelSpec, args, config: InferenceConfig, device: torch.device) -> CausalLM:
-    backend = "npu" if device.type == "npu" else "portable"
+def build_model(
+    spec: ModelSpec,
+    args,
+    config: InferenceConfig,
+    device: torch.device,
+    parallel: Parallel = SINGLE,
+) -> CausalLM:
+    """Random weights from data_config.seed. Split over ranks, every rank builds the
+    one-device model on the host from that seed and keeps its shards, so the ranks hold
+    one model between them."""
+    backend = ops.load("npu" if device.type == "npu" else "portable")
     dtype = getattr(torch, config.model_config.dtype)
-    torch.manual_seed(config.data_config.seed or 0)
-    model = spec.model_class(args, ops.load(backend)).to(device=device, dtype=dtype).eval()
     scheduler = config.scheduler_config
+    torch.manual_seed(config.data_config.seed or 0)
+    if parallel.distributed:
+        full = spec.model_class(args, backend)
+        with torch.device("meta"):
+            model = spec.model_class(args, backend, parallel)
+        state = {k: v.to(device=device, dtype=dtype) for k, v in shard_state(model, full).items()}
+        del full
+        return assign_weights(
+            model, state, device, dtype, scheduler.batch_size, scheduler.kv_cache_tokens
+        )
+    model = spec.model_class(args, backend).to(device=device, dtype=dtype).eval()
     model.setup_caches(scheduler.batch_size, kv_cache_tokens=scheduler.kv_cache_tokens)
     return model
+
+
+def setup_device(config: InferenceConfig) -> tuple[torch.device, Parallel]:
+    """The device this process runs on and its parallel groups: the NPU (this rank's,
+    set before HCCL starts) when there is one, else the CPU (gloo between ranks)."""
+    on_npu = ops.npu_available()
+    parallel = init_parallel(config.parallel_config, "npu" if on_npu else "cpu")
+    if on_npu:
+        return torch.device("npu", parallel.local_rank), parallel
+    return torch.device("cpu"), parallel
+
+
+def print_error(exc: BaseException) -> None:
+    """One `error:` line on stderr, from rank 0 only: every rank reads the same YAML and
+    launch (the same error), and a failure of one rank after that reaches every rank as
+    RankFailed, naming it (parallel.on_every_rank)."""
+    if not _first_rank():
+        return
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    print(f"error: {message}", file=sys.stderr)
 
 
 MAX_MEMORY_BYTES = 2**40  # the interview's bound on weights + KV cache on one device
 
 
-def check_memory(spec: ModelSpec, args, config: InferenceConfig) -> None:
+def check_memory(
+    spec: ModelSpec, args, config: InferenceConfig, parallel: Parallel = SINGLE
+) -> None:
     """Weights (counted on the meta device: nothing allocated) plus the KV cache the config
-    asks for must fit the interview's bound; checked before the model is built."""
+    asks for must fit the interview's bound on one device (this rank's share of both when
+    split over ranks); checked before the model is built."""
     element = torch.empty((), dtype=getattr(torch, config.model_config.dtype)).element_size()
     with torch.device("meta"):
-        shapes = spec.model_class(args, ops.load("portable"))
+        shapes = spec.model_class(args, ops.load("portable"), parallel)
     weights = sum(p.numel() for p in shapes.parameters()) * element
-    per_position = args.num_hidden_layers * sum(kv_cache_widths(args)) * element
+    per_position = shapes.kv_elements_per_token() * element
     scheduler = config.scheduler_config
     if args.kv_cache == "paged":
         tokens, block = scheduler.kv_cache_tokens or args.kv_cache_tokens, args.block_size
@@ -299,15 +354,66 @@ def main(spec: ModelSpec, argv: list[str] | None = None) -> int:
     """Run the config; bad input of any kind -> one `error:` line on stderr, exit 2."""
     args = parser().parse_args(argv)
     try:
-        return _main(spec, args)
+        config = load_config(args.config)
+        device, parallel = setup_device(config)
+        return _main(spec, args, config, device, parallel)
     except (InputError, OSError, ImportError) as exc:
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"error: {message}", file=sys.stderr)
+        print_error(exc)
         return 2
 
 
-def _main(spec: ModelSpec, args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+def _main(
+    spec: ModelSpec,
+    args: argparse.Namespace,
+    config: InferenceConfig,
+    device: torch.device,
+    parallel: Parallel,
+) -> int:
+    prepared = on_every_rank(parallel, lambda: _prepare(spec, args, config, device, parallel))
+    model, prompts, tokenizer, prompt_len, steps = prepared
+    say = print if parallel.is_first else _silent
+    mode = config.model_config.exe_mode
+    if device.type == "cpu" and mode != "eager":
+        mode += f" (portable {args.portable_backend} backend on CPU, not an NPU graph)"
+    ranks = f", {parallel.world.size} ranks" if parallel.distributed else ""
+    say(f"device {device}{ranks}, exe_mode {mode}, dynamic={config.model_config.dynamic}")
+    report = run(
+        model,
+        config,
+        prompt_len=prompt_len,
+        steps=steps,
+        portable_backend=args.portable_backend,
+        prompts=prompts,
+        eos_token_ids=eos_token_ids(config.model_config.model_path),
+    )
+    say(report.summary())
+    for row, generated in enumerate(report.tokens):
+        stop = " (EOS)" if report.stopped_on_eos[row] else ""
+        say(f"row {row} tokens {generated}{stop}")
+        if tokenizer is not None:
+            say(f"row {row} text {tokenizer.decode(generated)!r}")
+    if report.recompiles:
+        if parallel.is_first:
+            print("error: decode recompiled after warm-up", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _first_rank() -> bool:
+    try:
+        launch = launch_environment()
+    except InputError:
+        return True
+    return launch is None or launch.rank == 0
+
+
+def _silent(*_args, **_kwargs) -> None:
+    return None
+
+
+def _prepare(spec: ModelSpec, args, config: InferenceConfig, device, parallel: Parallel):
+    """Everything before decode, each rank on its own (no collective): the checks, then
+    the model. (model, prompts, tokenizer, prompt_len, steps)."""
     model_config = config.model_config
     # the architecture first (config.json only): lengths and prompt are checked against it
     # before any weight is loaded or memory allocated
@@ -337,10 +443,10 @@ def _main(spec: ModelSpec, args: argparse.Namespace) -> int:
         steps_key = f"{NEW_TOKENS_KEY} ({steps + 1}) - 1"
     check_fits(prompt_len, steps, model_args.max_seq_len, prompt_key, steps_key)
     check_budget(model_args, config, prompt_len + steps, what=f"{prompt_key} + {steps_key}")
-    check_memory(spec, model_args, config)
+    check_parallel(model_args, config.parallel_config)
+    check_memory(spec, model_args, config, parallel)
 
     set_task_queue_env(model_config)
-    device = torch.device("npu" if ops.npu_available() else "cpu")
     if device.type == "npu" and model_config.dtype not in NPU_DTYPES:
         raise ConfigError(
             f"model_config.dtype {model_config.dtype} runs on CPU only: the fused attention on "
@@ -355,29 +461,8 @@ def _main(spec: ModelSpec, args: argparse.Namespace) -> int:
             device=device,
             batch_size=config.scheduler_config.batch_size,
             kv_cache_tokens=config.scheduler_config.kv_cache_tokens,
+            parallel=parallel,
         )
     else:  # random weights; the architecture from config.json when model_path is set
-        model = build_model(spec, model_args, config, device)
-    mode = model_config.exe_mode
-    if device.type == "cpu" and mode != "eager":
-        mode += f" (portable {args.portable_backend} backend on CPU, not an NPU graph)"
-    print(f"device {device}, exe_mode {mode}, dynamic={model_config.dynamic}")
-    report = run(
-        model,
-        config,
-        prompt_len=prompt_len,
-        steps=steps,
-        portable_backend=args.portable_backend,
-        prompts=prompts,
-        eos_token_ids=eos_token_ids(model_config.model_path),
-    )
-    print(report.summary())
-    for row, generated in enumerate(report.tokens):
-        stop = " (EOS)" if report.stopped_on_eos[row] else ""
-        print(f"row {row} tokens {generated}{stop}")
-        if tokenizer is not None:
-            print(f"row {row} text {tokenizer.decode(generated)!r}")
-    if report.recompiles:
-        print("error: decode recompiled after warm-up", file=sys.stderr)
-        return 1
-    return 0
+        model = build_model(spec, model_args, config, device, parallel)
+    return model, prompts, tokenizer, prompt_len, steps

@@ -15,7 +15,6 @@ Exit 0 when every stage passes, 1 when one fails, 2 on bad input.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,7 +26,8 @@ from .config import InferenceConfig, InputError, ModelConfig, load_config
 from .generation import generate
 from .graph import PORTABLE_BACKENDS, compile_decode, graph_break_count, graph_count
 from .model import ModelSpec
-from .runner import _Parser, _positive_int, cache_len, check_budget
+from .parallel import on_every_rank
+from .runner import _Parser, _positive_int, cache_len, check_budget, print_error, setup_device
 from .validate import (
     MAX_REL_ERROR,
     MIN_COSINE,
@@ -226,14 +226,19 @@ def main(spec: ModelSpec, argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         config = load_config(args.config)
-        device = torch.device("npu" if ops.npu_available() else "cpu")
-        model = load_model(spec, config, device)
-        prompt_len = args.prompt_len or min(
-            config.data_config.input_truncated_len, cache_len(model) - args.steps
-        )
-        if prompt_len < 1:
-            raise InputError(f"--steps {args.steps} leave no room for a prompt in the cache")
-        check_budget(model.args, config, prompt_len + args.steps, what="the prompt + --steps")
+        device, parallel = setup_device(config)
+
+        def prepare():
+            model = load_model(spec, config, device, parallel=parallel)
+            prompt_len = args.prompt_len or min(
+                config.data_config.input_truncated_len, cache_len(model) - args.steps
+            )
+            if prompt_len < 1:
+                raise InputError(f"--steps {args.steps} leave no room for a prompt in the cache")
+            check_budget(model.args, config, prompt_len + args.steps, what="the prompt + --steps")
+            return model, prompt_len
+
+        model, prompt_len = on_every_rank(parallel, prepare)
         results = triage(
             model,
             config,
@@ -242,8 +247,10 @@ def main(spec: ModelSpec, argv: list[str] | None = None) -> int:
             portable_backend=args.portable_backend,
         )
     except (InputError, OSError, ImportError) as exc:
-        print(f"error: {' '.join(str(exc).split()) or type(exc).__name__}", file=sys.stderr)
+        print_error(exc)
         return 2
+    if not parallel.is_first:  # every rank ran the same stages; rank 0 prints them
+        return 0 if results[-1].ok else 1
     for result in results:
         print("\n".join(result.lines()))
     if results[-1].ok:

@@ -46,6 +46,7 @@ from .config import InferenceConfig, InputError, check_fits, load_config
 from .generation import generate
 from .graph import PORTABLE_BACKENDS, compile_decode, graph_break_count, graph_count
 from .model import ModelSpec
+from .parallel import SINGLE, Parallel, check_parallel, on_every_rank
 from .runner import (
     _Parser,
     _positive_int,
@@ -53,6 +54,8 @@ from .runner import (
     cache_len,
     check_budget,
     check_memory,
+    print_error,
+    setup_device,
 )
 from .weights import load_pretrained, model_args_from_hf
 
@@ -302,14 +305,19 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def load_model(
-    spec: ModelSpec, config: InferenceConfig, device: torch.device, batch: int | None = None
+    spec: ModelSpec,
+    config: InferenceConfig,
+    device: torch.device,
+    batch: int | None = None,
+    parallel: Parallel = SINGLE,
 ):
     """The runner's choice: the checkpoint with with_ckpt, else random weights (with the
-    checkpoint's architecture when model_path is set)."""
+    checkpoint's architecture when model_path is set); this rank's part when split."""
     model_config = config.model_config
     path = model_config.model_path
     args = model_args_from_hf(spec, path) if path else spec.args
-    check_memory(spec, args, config)  # before anything is allocated
+    check_parallel(args, config.parallel_config)
+    check_memory(spec, args, config, parallel)  # before anything is allocated
     if model_config.with_ckpt:
         return load_pretrained(
             spec,
@@ -319,8 +327,9 @@ def load_model(
             device=device,
             batch_size=batch or config.scheduler_config.batch_size,
             kv_cache_tokens=config.scheduler_config.kv_cache_tokens,
+            parallel=parallel,
         )
-    return build_model(spec, args, config, device)
+    return build_model(spec, args, config, device, parallel)
 
 
 @torch.inference_mode()
@@ -480,6 +489,13 @@ def cache_check(
 ) -> Check:
     """Cold vs warm start from two processes where the backend caches compiles (cache_starts.py)."""
     model = config.model_config
+    if config.parallel_config.world_size > 1:
+        return Check(
+            "compile cache",
+            NOT_APPLICABLE,
+            {},
+            ["checked with world_size 1: the cold and warm starts are single processes"],
+        )
     if device.type != "npu":
         return Check(
             "compile cache",
@@ -514,12 +530,16 @@ def cache_check(
 
 
 def warmup_seconds(
-    spec: ModelSpec, config: InferenceConfig, device: torch.device, portable_backend: str
+    spec: ModelSpec,
+    config: InferenceConfig,
+    device: torch.device,
+    portable_backend: str,
+    parallel: Parallel = SINGLE,
 ) -> float:
     """One start, as `--warmup-only` times it: build the model, compile decode, prefill a
     prompt and run one decode step."""
     start = time.perf_counter()
-    model = load_model(spec, config, device)
+    model = load_model(spec, config, device, parallel=parallel)
     decode = compile_decode(model, config.model_config, portable_backend)
     batch = config.scheduler_config.batch_size
     prompts = random_prompts(batch, min(8, cache_len(model) - 1), model.args.vocab_size, 0)
@@ -560,17 +580,26 @@ def main(spec: ModelSpec, argv: list[str] | None = None) -> int:
         out = Path(args.out or config.model_config.output_path or "output")
         if not args.warmup_only:
             check_report_dir(out)  # before the run, not after it
-        device = torch.device("npu" if ops.npu_available() else "cpu")
+        device, parallel = setup_device(config)
         if args.warmup_only:
-            print(f"{WARMUP_MARK}{warmup_seconds(spec, config, device, args.portable_backend):.6f}")
+            seconds = warmup_seconds(spec, config, device, args.portable_backend, parallel)
+            print(f"{WARMUP_MARK}{seconds:.6f}")
             return 0
-        model = load_model(spec, config, device)
-        prompt_len = args.prompt_len or min(
-            config.data_config.input_truncated_len, cache_len(model) - 1
-        )
-        steps = args.steps or max(1, min(16, cache_len(model) - prompt_len))
-        # the KV budget is the config's: a refusal is bad input (exit 2), not a compile failure
-        check_budget(model.args, config, prompt_len + steps, args.batch_sizes, "prompt_len + steps")
+
+        def prepare():
+            model = load_model(spec, config, device, parallel=parallel)
+            prompt_len = args.prompt_len or min(
+                config.data_config.input_truncated_len, cache_len(model) - 1
+            )
+            steps = args.steps or max(1, min(16, cache_len(model) - prompt_len))
+            # the KV budget is the config's: a refusal is bad input (exit 2), not a compile
+            # failure
+            check_budget(
+                model.args, config, prompt_len + steps, args.batch_sizes, "prompt_len + steps"
+            )
+            return model, prompt_len, steps
+
+        model, prompt_len, steps = on_every_rank(parallel, prepare)
         report = validate(
             model,
             config,
@@ -582,9 +611,10 @@ def main(spec: ModelSpec, argv: list[str] | None = None) -> int:
             name=spec.name,
         )
     except (InputError, OSError, ImportError) as exc:
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"error: {message}", file=sys.stderr)
+        print_error(exc)
         return 2
+    if not parallel.is_first:  # every rank checked the same logits; rank 0 reports them
+        return 0 if report.ok else 1
     try:
         report.write(out)
     except (InputError, OSError) as exc:

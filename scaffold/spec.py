@@ -10,9 +10,12 @@ import keyword
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from types import SimpleNamespace
 from typing import Any
 
+from ascend_runtime.config import ConfigError, ParallelConfig
 from ascend_runtime.hf_config import mla_moe_layer_indices, moe_layer_indices, parse_layer_list
+from ascend_runtime.parallel import check_parallel
 
 from .errors import UserError
 from .questions import asked_questions, load_questions, question, with_computed
@@ -88,6 +91,12 @@ class ModelSpec:
     exe_mode: str
     fa_interface: str
     batch_size: int
+    world_size: int
+    attn_tp_size: int
+    dense_tp_size: int
+    moe_tp_size: int
+    embed_tp_size: int
+    lmhead_tp_size: int
     kv_cache: str
     block_size: int
     kv_cache_tokens: int
@@ -152,9 +161,28 @@ def _swiglu(hidden: int, intermediate: int) -> int:
     return 3 * hidden * intermediate
 
 
+PARALLEL_SIZES = (
+    "world_size", "attn_tp_size", "dense_tp_size", "moe_tp_size", "embed_tp_size",
+    "lmhead_tp_size",
+)  # fmt: skip
+
+
+def _size(a: Mapping[str, Any], name: str) -> int:
+    """A parallel size of the answers (1 for answers from before they were asked)."""
+    return a.get(name, 1)
+
+
+def local_kv_heads(a: Mapping[str, Any]) -> int:
+    """KV heads one rank holds under attention TP (ascend_runtime.parallel.local_kv_heads):
+    its share, or one replicated head when there are fewer KV heads than ranks."""
+    return max(a["num_key_value_heads"] // _size(a, "attn_tp_size"), 1)
+
+
 def _mla_parameter_count(a: Mapping[str, Any]) -> int:
-    """Weights of the MLA decoder (DeepSeek) these answers describe."""
-    hidden, heads = a["hidden_size"], a["num_attention_heads"]
+    """Weights of the MLA decoder (DeepSeek) these answers describe, on one rank: the head-
+    sharded projections split over attn_tp_size, the latent ones whole on every rank."""
+    hidden, tp = a["hidden_size"], _size(a, "attn_tp_size")
+    heads = a["num_attention_heads"] // tp
     qk = a["qk_nope_head_dim"] + a["qk_rope_head_dim"]
     latent, rank = a["kv_lora_rank"], a["q_lora_rank"]
     query = hidden * heads * qk if not rank else hidden * rank + rank + rank * heads * qk
@@ -165,40 +193,49 @@ def _mla_parameter_count(a: Mapping[str, Any]) -> int:
         + latent * heads * (a["qk_nope_head_dim"] + a["v_head_dim"])
         + heads * a["v_head_dim"] * hidden
     )
-    moe_width = a["moe_intermediate_size"]
-    moe = a["num_experts"] * _swiglu(hidden, moe_width) + a["num_experts"] * hidden
-    moe += _swiglu(hidden, moe_width * a["n_shared_experts"])
-    if a["topk_method"] == "noaux_tc":
-        moe += a["num_experts"]  # e_score_correction_bias
-    layers, n_moe = a["num_hidden_layers"], len(moe_layers(a))
-    dense = _swiglu(hidden, a["intermediate_size"])
-    blocks = layers * (attention + 2 * hidden) + (layers - n_moe) * dense + n_moe * moe
-    embeddings = a["vocab_size"] * hidden * (1 if a["tie_word_embeddings"] else 2)
-    return blocks + embeddings + hidden
+    return _decoder_parameter_count(a, attention)
 
 
 def parameter_count(a: Mapping[str, Any]) -> int:
-    """Weights of the decoder (dense, MoE or MLA) these answers describe."""
+    """Weights of the decoder (dense, MoE or MLA) these answers describe, on one rank of
+    the parallel sizes (ascend_runtime/parallel.py's split; all of them with world_size 1)."""
     if a["family"] == "mla":
         return _mla_parameter_count(a)
-    hidden, head_dim = a["hidden_size"], a["head_dim"]
-    q, kv = a["num_attention_heads"] * head_dim, a["num_key_value_heads"] * head_dim
+    hidden, head_dim, tp = a["hidden_size"], a["head_dim"], _size(a, "attn_tp_size")
+    q, kv = a["num_attention_heads"] * head_dim // tp, local_kv_heads(a) * head_dim
     attention = hidden * (q + 2 * kv) + q * hidden
     if a["attention_bias"]:
         attention += q + 2 * kv
     if a["qk_norm"]:
         attention += 2 * head_dim
-    dense = _swiglu(hidden, a["intermediate_size"])
-    moe = dense
-    n_moe = len(moe_layers(a))
-    if n_moe:
-        moe = a["num_experts"] * (_swiglu(hidden, a["moe_intermediate_size"]) + hidden)
+    return _decoder_parameter_count(a, attention)
+
+
+def _decoder_parameter_count(a: Mapping[str, Any], attention: int) -> int:
+    """Everything but attention, on one rank: dense MLPs over dense_tp_size, routed and
+    shared experts over every rank (experts over EP, their width over moe_tp_size), the
+    router whole, the vocabulary over embed_tp_size / lmhead_tp_size."""
+    hidden, world = a["hidden_size"], _size(a, "world_size")
+    dense = _swiglu(hidden, a["intermediate_size"]) // _size(a, "dense_tp_size")
+    moe = 0
+    if a["family"] == "mla":
+        moe_width = a["moe_intermediate_size"]
+        moe = a["num_experts"] * _swiglu(hidden, moe_width) // world + a["num_experts"] * hidden
+        moe += _swiglu(hidden, moe_width * a["n_shared_experts"]) // world
+        if a["topk_method"] == "noaux_tc":
+            moe += a["num_experts"]  # e_score_correction_bias
+    elif a["family"] == "moe":
+        experts = a["num_experts"]
+        moe = experts * _swiglu(hidden, a["moe_intermediate_size"]) // world + experts * hidden
         shared = a["shared_expert_intermediate_size"]
         if shared:
-            moe += _swiglu(hidden, shared) + (hidden if a["shared_expert_gate"] else 0)
-    layers = a["num_hidden_layers"]
+            moe += _swiglu(hidden, shared) // world + (hidden if a["shared_expert_gate"] else 0)
+    layers, n_moe = a["num_hidden_layers"], len(moe_layers(a))
     blocks = layers * (attention + 2 * hidden) + (layers - n_moe) * dense + n_moe * moe
-    embeddings = a["vocab_size"] * hidden * (1 if a["tie_word_embeddings"] else 2)
+    vocab = a["vocab_size"] * hidden
+    embeddings = vocab // _size(a, "embed_tp_size")
+    if not a["tie_word_embeddings"]:
+        embeddings += vocab // _size(a, "lmhead_tp_size")
     return blocks + embeddings + hidden
 
 
@@ -223,11 +260,12 @@ def kv_cache_tokens(a: Mapping[str, Any]) -> int:
 
 
 def kv_widths(a: Mapping[str, Any]) -> tuple[int, ...]:
-    """Elements cached per token per layer, per cache tensor (ascend_runtime.args
-    .kv_cache_widths): K and V of kv_heads x head_dim, or MLA's latent and rope key."""
+    """Elements cached per token per layer on one rank, per cache tensor (what
+    ascend_runtime.model.CausalLM.kv_elements_per_token counts on the model): K and V of
+    the rank's KV heads x head_dim, or MLA's latent and rope key (whole on every rank)."""
     if a["family"] == "mla":
         return (a["kv_lora_rank"], a["qk_rope_head_dim"])
-    width = a["num_key_value_heads"] * a["head_dim"]
+    width = local_kv_heads(a) * a["head_dim"]
     return (width, width)
 
 
@@ -290,9 +328,14 @@ def _memory(a: Mapping[str, Any]) -> str | None:
         )
         return (
             f"these answers need {gib(weights)} of weights and {gib(cache)} of KV cache "
-            f"({sized_by}), more than the {gib(MAX_MEMORY_BYTES)} one device could hold"
+            f"({sized_by}){_per_rank(a)}, more than the {gib(MAX_MEMORY_BYTES)} one device "
+            "could hold"
         )
     return None
+
+
+def _per_rank(a: Mapping[str, Any]) -> str:
+    return f" on each of {a['world_size']} ranks" if a.get("world_size", 1) > 1 else ""
 
 
 def _moe_layers_problem(a: Mapping[str, Any]) -> str | None:
@@ -302,6 +345,32 @@ def _moe_layers_problem(a: Mapping[str, Any]) -> str | None:
             f"'{a['mlp_only_layers']}'): choose family dense for a model without experts"
         )
     return None
+
+
+def _parallel_problem(size: str) -> Callable[[Mapping[str, Any]], str | None]:
+    """The model must split as the sizes say: the runtime's own check at load time
+    (ascend_runtime.parallel.check_parallel), run on the answers once `size` is known (the
+    sizes after it still 1), so a problem is reported at the size that causes it."""
+    known = PARALLEL_SIZES[: PARALLEL_SIZES.index(size) + 1]
+
+    def check(a: Mapping[str, Any]) -> str | None:
+        if a["world_size"] == 1:
+            return None
+        fields = {**a, "mlp_only_layers": parse_layer_list(a.get("mlp_only_layers", ""))}
+        sizes = ParallelConfig(**{k: a[k] for k in known})
+        try:
+            check_parallel(SimpleNamespace(**fields), sizes)
+        except ConfigError as exc:
+            return str(exc)
+        return None
+
+    return check
+
+
+_MODEL_FIELDS = (
+    "vocab_size", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+    "num_hidden_layers", "tie_word_embeddings",
+)  # fmt: skip
 
 
 _MOE_FIELDS = (
@@ -315,13 +384,15 @@ _MEMORY_FIELDS = (
     *_MOE_FIELDS,
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
     "num_key_value_heads", "head_dim", "intermediate_size", "attention_bias", "qk_norm",
-    "tie_word_embeddings", "max_seq_len", "dtype", "batch_size", "kv_cache",
+    "tie_word_embeddings", "max_seq_len", "dtype", "batch_size", *PARALLEL_SIZES, "kv_cache",
 )  # fmt: skip
 _PAGED_MEMORY_FIELDS = (*_MEMORY_FIELDS, "block_size", "kv_cache_tokens")
 RULES = (
     Rule(("model_name",), lambda a: name_problem(a["model_name"])),
     Rule(("family", "num_hidden_layers", "decoder_sparse_step", "mlp_only_layers"),
          _moe_layers_problem),
+    *(Rule((*_MOE_FIELDS, *_MODEL_FIELDS, *PARALLEL_SIZES[: i + 1]), _parallel_problem(size))
+      for i, size in enumerate(PARALLEL_SIZES[1:], start=1)),
     Rule(_MEMORY_FIELDS, _memory),
     Rule(_PAGED_MEMORY_FIELDS, _memory),
 )  # fmt: skip

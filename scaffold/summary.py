@@ -9,6 +9,7 @@ from .spec import (
     gib,
     gqa_equivalent_kv_bytes_per_token,
     kv_bytes_per_token,
+    local_kv_heads,
     moe_layers,
     paged_blocks,
 )
@@ -137,11 +138,38 @@ def _kv_cache_line(s: ModelSpec) -> str:
             f"{s.batch_size}, max_seq_len {s.max_seq_len:,})"
         )
     return (
-        f"  KV cache    BNSD ({s.batch_size}, {s.num_key_value_heads}, "
+        f"  KV cache    BNSD ({s.batch_size}, {local_kv_heads(s.answers())}, "
         f"{s.max_seq_len + CACHE_SPARE_POSITIONS:,}, "
         f"{s.head_dim}) x K,V x {s.num_hidden_layers} layers, preallocated, written in place: "
         f"{gib(s.kv_cache_bytes)} (batch_size {s.batch_size}, max_seq_len {s.max_seq_len:,})"
     )
+
+
+def _parallel_lines(s: ModelSpec) -> list[str]:
+    """The split over ranks and what one rank holds (weights and KV cache are per rank)."""
+    if s.world_size == 1:
+        return ["  parallel    one device (world_size 1)"]
+    if s.family == "mla":
+        heads = f"{s.num_attention_heads // s.attn_tp_size} heads, the latent cache whole"
+    else:
+        heads = (
+            f"{s.num_attention_heads // s.attn_tp_size} query / {local_kv_heads(s.answers())} KV"
+            " heads" + (" (replicated)" if s.num_key_value_heads < s.attn_tp_size else "")
+        )
+    parts = [f"attention TP {s.attn_tp_size} ({heads} per rank)"]
+    if s.family == "dense" or len(moe_layers(s.answers())) < s.num_hidden_layers:
+        parts.append(f"dense MLP TP {s.dense_tp_size}")
+    if s.family != "dense":
+        ep = s.world_size // s.moe_tp_size
+        parts.append(
+            f"experts over EP {ep} ({s.num_experts // ep} per rank) x MoE TP {s.moe_tp_size}"
+        )
+    parts.append(f"vocab over {s.embed_tp_size} (embedding) / {s.lmhead_tp_size} (lm_head)")
+    return [
+        f"  parallel    {s.world_size} ranks (torchrun or cann-recipes-infer's launcher): "
+        + ", ".join(parts)
+        + "; the weights and KV cache below are one rank's"
+    ]
 
 
 def design_summary(spec: ModelSpec, placement: Placement) -> str:
@@ -159,8 +187,9 @@ def design_summary(spec: ModelSpec, placement: Placement) -> str:
     lines = [
         f"design summary for {s.model_name}:",
         *model,
+        *_parallel_lines(s),
         f"  weights     {s.parameter_count / 1e6:,.1f} M parameters, {gib(s.weight_bytes)} "
-        f"in {s.dtype}",
+        f"in {s.dtype}" + (f", on each of {s.world_size} ranks" if s.world_size > 1 else ""),
         f"  exe_mode    {s.exe_mode}: {_MODES[s.exe_mode]}",
         f"  attention   fa_interface={s.fa_interface}; enable_dynamic_graph "
         f"{str(s.enable_dynamic_graph).lower()}: {computed['dynamic_reason']}",
