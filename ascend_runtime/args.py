@@ -12,24 +12,11 @@ routing (layers/deepseek_router.py) and `rope_interleave`.
 
 from __future__ import annotations
 
-from .hf_config import mla_moe_layer_indices, moe_layer_indices
+from .hf_config import moe_layers
 from .layers.deepseek_router import TOPK_METHODS
 from .model import KV_CACHES
 
 FLAGS = ("family", "qk_norm", "attention_bias", "rope_scaling")
-
-
-def moe_layers(args) -> tuple[int, ...]:
-    """Layers with routed experts (none for a dense model); the others keep the dense MLP.
-    mla: layer i from first_k_dense_replace on, every moe_layer_freq-th (DeepSeek's
-    `layer_idx >= first_k_dense_replace and layer_idx % moe_layer_freq == 0`)."""
-    if args.family == "mla":
-        return mla_moe_layer_indices(
-            args.num_hidden_layers, args.first_k_dense_replace, args.moe_layer_freq
-        )
-    if args.family != "moe":
-        return ()
-    return moe_layer_indices(args.num_hidden_layers, args.decoder_sparse_step, args.mlp_only_layers)
 
 
 def shared_expert(args) -> bool:

@@ -363,6 +363,19 @@ def mla_moe_layer_indices(
     )
 
 
+def moe_layers(args) -> tuple[int, ...]:
+    """A ModelArgs' layers with routed experts (none for a dense model); the others keep
+    the dense MLP. mla: layer i from first_k_dense_replace on, every moe_layer_freq-th
+    (DeepSeek's `layer_idx >= first_k_dense_replace and layer_idx % moe_layer_freq == 0`)."""
+    if args.family == "mla":
+        return mla_moe_layer_indices(
+            args.num_hidden_layers, args.first_k_dense_replace, args.moe_layer_freq
+        )
+    if args.family != "moe":
+        return ()
+    return moe_layer_indices(args.num_hidden_layers, args.decoder_sparse_step, args.mlp_only_layers)
+
+
 def parse_layer_list(text: str) -> tuple[int, ...]:
     """The interview's "0, 3" or "0 3" (layer indices separated by commas or spaces; empty:
     none) as a tuple; copier.yml's validator has refused anything else."""

@@ -51,11 +51,11 @@ from .model import CausalLM, ModelSpec
 from .parallel import (
     SINGLE,
     Parallel,
-    check_parallel,
     init_parallel,
     launch_environment,
     on_every_rank,
 )
+from .parallel_sizes import check_parallel
 from .sampling import TokenSampler
 from .tokenizer import prompt_ids
 from .weights import assign_weights, load_pretrained, model_args_from_hf, shard_state

@@ -46,7 +46,8 @@ from .config import InferenceConfig, InputError, check_fits, load_config
 from .generation import generate
 from .graph import PORTABLE_BACKENDS, compile_decode, graph_break_count, graph_count
 from .model import ModelSpec
-from .parallel import SINGLE, Parallel, check_parallel, on_every_rank
+from .parallel import SINGLE, Parallel, on_every_rank
+from .parallel_sizes import check_parallel
 from .runner import (
     _Parser,
     _positive_int,

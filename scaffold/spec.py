@@ -15,7 +15,7 @@ from typing import Any
 
 from ascend_runtime.config import ConfigError, ParallelConfig
 from ascend_runtime.hf_config import mla_moe_layer_indices, moe_layer_indices, parse_layer_list
-from ascend_runtime.parallel import check_parallel
+from ascend_runtime.parallel_sizes import check_parallel
 
 from .errors import UserError
 from .questions import asked_questions, load_questions, question, with_computed
@@ -349,7 +349,7 @@ def _moe_layers_problem(a: Mapping[str, Any]) -> str | None:
 
 def _parallel_problem(size: str) -> Callable[[Mapping[str, Any]], str | None]:
     """The model must split as the sizes say: the runtime's own check at load time
-    (ascend_runtime.parallel.check_parallel), run on the answers once `size` is known (the
+    (ascend_runtime.parallel_sizes.check_parallel), run on the answers once `size` is known (the
     sizes after it still 1), so a problem is reported at the size that causes it."""
     known = PARALLEL_SIZES[: PARALLEL_SIZES.index(size) + 1]
 

@@ -35,11 +35,11 @@ from ascend_runtime.layers.linear import (
 from ascend_runtime.parallel import (
     Group,
     RankFailed,
-    check_parallel,
     init_parallel,
     launch_environment,
     local_kv_heads,
 )
+from ascend_runtime.parallel_sizes import check_parallel
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "generated_examples"

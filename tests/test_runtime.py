@@ -39,7 +39,7 @@ def test_importing_the_runtime_and_its_config_reader_needs_no_torch():
     """The scaffold reads config.json with ascend_runtime.hf_config on a host without torch."""
     code = (
         "import sys; sys.modules['torch'] = None; import ascend_runtime.hf_config; "
-        "import scaffold.hf_config, scaffold.spec"
+        "import ascend_runtime.parallel_sizes, scaffold.hf_config, scaffold.spec"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

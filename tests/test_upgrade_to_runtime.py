@@ -1,7 +1,7 @@
-"""A package rendered by the 0.3 template (machinery in the package) upgrades to 0.4 (the
-model on ascend_runtime) with `ascend-scaffold update`, end to end: the machinery files it no
-longer needs are deleted where unchanged, an edited one is kept and listed, the model's own
-files merge, and the package's tests pass afterwards."""
+"""A package rendered by the 0.3 template (machinery in the package) upgrades to today's
+template (the model on ascend_runtime) with `ascend-scaffold update`, end to end: the
+machinery files it no longer needs are deleted where unchanged, an edited one is kept and
+listed, the model's own files merge, and the package's tests pass afterwards."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from pathlib import Path
 import copier
 import pytest
 from test_update import GIT_ENV, commit_package, git, make_invoke
+
+from ascend_runtime import RUNTIME_API
 
 REPO = Path(__file__).resolve().parents[1]
 PREVIOUS = "94dd730"  # the last commit of the 0.3 template (machinery rendered per package)
@@ -85,7 +87,9 @@ def test_a_03_package_updates_to_the_runtime_and_passes_its_tests(tmp_path, monk
     assert (pkg / f"src/{PKG}/layers/decoder.py").is_file()
     assert "MY_CONSTANT = 1" in modeling.read_text()  # merged, not overwritten
     assert "class Transformer(CausalLM)" in modeling.read_text()
-    assert "ascend-scaffold>=0.4,<0.5" in (pkg / "pyproject.toml").read_text()
+    major, minor = map(int, RUNTIME_API.split("."))
+    wanted = f"ascend-scaffold>={RUNTIME_API},<{major}.{minor + 1}"  # today's runtime
+    assert wanted in (pkg / "pyproject.toml").read_text()
 
     git(pkg, "add", "-A")  # keep it
     git(pkg, "commit", "-qm", "update to 0.4")

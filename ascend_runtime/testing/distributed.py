@@ -70,7 +70,8 @@ def greedy_on_ranks(
     from .. import ops
     from ..config import ParallelConfig, load_config
     from ..graph import compile_decode, graph_break_count, graph_count
-    from ..parallel import check_parallel, init_parallel
+    from ..parallel import init_parallel
+    from ..parallel_sizes import check_parallel
     from ..weights import load_pretrained, model_args_from_hf
     from .kit import greedy
 

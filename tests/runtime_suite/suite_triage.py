@@ -93,7 +93,7 @@ def test_cli_exits_1_on_a_failing_stage(tmp_path, monkeypatch, capsys):
         return sound(**kwargs)
 
     model.decode = broken
-    monkeypatch.setattr(triage_module, "load_model", lambda *_: model)
+    monkeypatch.setattr(triage_module, "load_model", lambda *_, **__: model)
     assert triage_main(["--config", str(path), "--steps", "2", "--prompt-len", "4"]) == 1
     out = capsys.readouterr().out
     assert "stage aot_eager" in out and "FAIL" in out and "advice:" in out

@@ -125,7 +125,7 @@ def test_cli_writes_the_reports_and_exits_nonzero_on_a_failure(
         + (f"  kv_cache_tokens: {test_cache_tokens(2)}\n" if PAGED else "")
         + f"data_config:\n  input_truncated_len: {PROMPT_LEN}\n"
     )
-    monkeypatch.setattr(validate_module, "load_model", lambda *_: tiny_model(2))
+    monkeypatch.setattr(validate_module, "load_model", lambda *_, **__: tiny_model(2))
     if factory is not None:
         monkeypatch.setattr(validate_module, "compile_decode", factory)
     out = tmp_path / "out"
@@ -162,7 +162,7 @@ if PAGED:
             f"scheduler_config:\n  batch_size: 2\n  kv_cache_tokens: {BLOCK_SIZE}\n"
             f"data_config:\n  input_truncated_len: {PROMPT_LEN}\n"
         )
-        monkeypatch.setattr(validate_module, "load_model", lambda *_: tiny_model(2))
+        monkeypatch.setattr(validate_module, "load_model", lambda *_, **__: tiny_model(2))
         out = tmp_path / "out"
         assert validate_main(["--config", str(path), "--out", str(out), "--steps", "3"]) == 2
         err = capsys.readouterr().err
