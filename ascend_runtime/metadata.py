@@ -24,6 +24,20 @@ class CacheOverflowError(InputError):
     """A step would write a KV-cache position >= max_seq_len."""
 
 
+# Decode's query lengths as a Tensor are always ones: one per (batch, device), made once and
+# read (never written) by every step, so a step pays one host list -> tensor, not three ops.
+_QUERY_ONES: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+
+def _query_ones(batch: int, device: torch.device) -> torch.Tensor:
+    ones = _QUERY_ONES.get((batch, device))
+    if ones is None:
+        with torch.inference_mode(False):  # a normal tensor: usable in and out of the mode
+            ones = torch.ones(batch, dtype=torch.long, device=device)
+        _QUERY_ONES[batch, device] = ones
+    return ones
+
+
 @dataclass
 class StepInputs:
     input_ids: torch.Tensor  # (batch, seq_len)
@@ -70,7 +84,7 @@ def decode_inputs(
     device = tokens.device
     kv_len_t = torch.tensor(kv_len, dtype=torch.long, device=device)
     if tensor_lengths:  # one host list -> tensor per step; the rest are device-side
-        lengths_q = torch.ones_like(kv_len_t)
+        lengths_q = _query_ones(len(kv_len), device)
         lengths_kv = kv_len_t + 1
     else:
         lengths_q = [1] * len(kv_len)
