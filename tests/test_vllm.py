@@ -1,7 +1,8 @@
 """Serving a rendered package on vLLM: its plugin, end to end on CPU, against transformers.
 
-For dense and MoE packages (the examples llama_tiny, qwen3_moe, mixtral_ge, and a
-Qwen2-MoE package rendered here for the shared expert, its gate and the q/k/v bias): a
+For dense and MoE packages (the examples llama_tiny, qwen3_moe, mixtral_ge, and packages
+rendered here from a checkpoint's config: Qwen2-MoE for the shared expert, its gate and
+the q/k/v bias, with YaRN; Llama with llama3 RoPE; Qwen2 with linear RoPE): a
 tiny random Hugging Face checkpoint, marked with the package's architecture by its own
 `python -m <pkg>.vllm_plugin mark`, is served by vLLM offline (`LLM.generate`, greedy) in
 the vLLM environment; the tokens must equal transformers' greedy tokens and every worker's
@@ -61,17 +62,33 @@ MODELS = {
         "MixtralConfig", "MixtralForCausalLM",
         {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": None}, False,
     ),
+    # rendered here from the checkpoint's config.json: the shared expert and its gate, the
+    # q/k/v bias, and each RoPE scaling kind the template renders
     "qwen2_moe_vllm": (
         "Qwen2MoeConfig", "Qwen2MoeForCausalLM",
         {**MOE, "num_experts": 4, "norm_topk_prob": False, "shared_expert_intermediate_size": 96,
-         "decoder_sparse_step": 1, "mlp_only_layers": [], "use_sliding_window": False},
+         "decoder_sparse_step": 1, "mlp_only_layers": [], "use_sliding_window": False,
+         "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                          "original_max_position_embeddings": 64}},
+        True,
+    ),
+    "llama3_vllm": (
+        "LlamaConfig", "LlamaForCausalLM",
+        {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 64}},
+        True,
+    ),
+    "qwen2_linear_vllm": (
+        "Qwen2Config", "Qwen2ForCausalLM",
+        {"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "use_sliding_window": False},
         True,
     ),
 }  # fmt: skip
 CASES = [
     ("llama_tiny", "eager"), ("llama_tiny", "compiled"), ("llama_tiny", "tp2"),
     ("qwen3_moe", "eager"), ("qwen3_moe", "compiled"), ("qwen3_moe", "tp2"),
-    ("mixtral_ge", "eager"), ("qwen2_moe_vllm", "eager"),
+    ("mixtral_ge", "eager"), ("qwen2_moe_vllm", "eager"), ("llama3_vllm", "eager"),
+    ("qwen2_linear_vllm", "eager"),
 ]  # fmt: skip
 ENV = {
     "VLLM_HOST_IP": "127.0.0.1",  # else the message queue binds the host's own address
@@ -231,6 +248,21 @@ def test_mark_refuses_bad_input_in_one_line_and_changes_nothing(tmp_path, proble
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     after = {p.name: p.read_bytes() for p in checkpoint.glob("*")} if checkpoint.exists() else {}
     assert after == before  # nothing written, no backup either
+
+
+@pytest.mark.parametrize("package", ["llama_tiny", "qwen3_moe"])
+def test_the_vllm_model_calls_no_npu_library(package):
+    """vllm-ascend swaps vLLM's layers for NPU ones; a torch_npu call would tie the model
+    to the NPU and keep it from running (and being tested) on CPU."""
+    import ast
+
+    banned = {"torch_npu", "torchair", "npugraph_ex"}
+    for path in sorted((EXAMPLES / package / "src" / package).glob("vllm_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            assert not {n.split(".")[0] for n in names} & banned, f"{path.name}: {names}"
 
 
 def test_the_runtime_and_the_plugin_import_without_vllm():
