@@ -6,9 +6,10 @@
 Renders one package with `kv_cache: paged` (random weights, fp32 on CPU), then runs the same
 prompts through it twice: over the paged cache with the budget the batch needs, and over
 the contiguous cache (kv_cache.py's KVCache, which reserves max_seq_len for every row).
-Prints the KV bytes each holds, per-token decode latency (median, compiled decode on the
-portable inductor backend) and whether both generate the same greedy tokens; ratios from
-this run only.
+Prints the KV bytes each holds, per-token decode latency (median over --rounds rounds, each
+timing the paged run and then the contiguous one, so a noisy stretch of the machine falls
+on both; compiled decode on the portable inductor backend, compiled afresh in each run) and
+whether both generate the same greedy tokens; ratios from this run only.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--quick", action="store_true", help="8 new tokens")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     new_tokens = 8 if args.quick else args.new_tokens
     lengths = [int(n) for n in args.lengths.split(",")]
@@ -98,20 +100,26 @@ def main(argv: list[str] | None = None) -> int:
         generator = torch.Generator().manual_seed(1)
         prompts = [torch.randint(0, 32000, (n,), generator=generator).tolist() for n in lengths]
 
-        model.setup_caches(batch, kv_cache_tokens=needed)
-        paged_bytes = cache_bytes(model)
-        paged, paged_recompiles = run(pkg, model, prompts, new_tokens)
-        use_contiguous(pkg, model, batch, max_seq_len)
-        contiguous_bytes = cache_bytes(model)
-        contiguous, contiguous_recompiles = run(pkg, model, prompts, new_tokens)
+        paged_ms, contiguous_ms = [], []
+        paged_recompiles = contiguous_recompiles = 0
+        for _ in range(max(args.rounds, 1)):
+            model.setup_caches(batch, kv_cache_tokens=needed)
+            paged_bytes = cache_bytes(model)
+            paged, recompiles = run(pkg, model, prompts, new_tokens)
+            paged_ms, paged_recompiles = paged_ms + paged.decode_ms, paged_recompiles + recompiles
+            use_contiguous(pkg, model, batch, max_seq_len)
+            contiguous_bytes = cache_bytes(model)
+            contiguous, recompiles = run(pkg, model, prompts, new_tokens)
+            contiguous_ms += contiguous.decode_ms
+            contiguous_recompiles += recompiles
 
     print(
         f"{args_.num_hidden_layers} layers, {args_.num_key_value_heads} KV heads x head_dim "
         f"{args_.head_dim}, fp32; prompts {lengths} + {new_tokens} new tokens; blocks of {block}"
     )
     med = {
-        "contiguous": statistics.median(contiguous.decode_ms),
-        "paged": statistics.median(paged.decode_ms),
+        "contiguous": statistics.median(contiguous_ms),
+        "paged": statistics.median(paged_ms),
     }
     print(f"{'cache':<12} {'KV MiB':>8} {'decode ms/token':>16} {'recompiles':>11}")
     for label, held, recompiles in (
