@@ -3,9 +3,10 @@
     python benchmarks/bench_parallel.py            # ~58M-param llama, fp32, B=1, 48 steps
     python benchmarks/bench_parallel.py --quick    # smoke run: 8 steps
 
-One random HF checkpoint (LlamaForCausalLM, saved once), loaded by the example package
-generated_examples/llama_tiny through `load_pretrained(parallel=...)` on 1 gloo rank and on
-2 (attention, MLP, embedding and lm_head split), every rank with one thread. Per rank: the
+One random HF checkpoint (bench_decode.py's LlamaForCausalLM, saved once), loaded by the
+example package generated_examples/llama_tiny through `load_pretrained(parallel=...)` on 1
+gloo rank and on 2 (attention, MLP, embedding and lm_head split), every rank with one
+thread. Per rank: the
 parameter bytes it holds, the peak resident memory the load and the decode added (peak
 RSS at the end minus RSS before the load: each rank reads only its own safetensors
 slices), and the compiled decode's median ms per token. It prints the ratios from this
@@ -27,26 +28,12 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_decode import CONFIG, make_checkpoint  # noqa: E402  (bench_decode's 58M llama)
+
 PACKAGE = "llama_tiny"
-CONFIG = dict(
-    vocab_size=32000,
-    hidden_size=512,
-    intermediate_size=1536,
-    num_hidden_layers=8,
-    num_attention_heads=8,
-    num_key_value_heads=4,
-    head_dim=64,
-    max_position_embeddings=512,
-)
 SPLIT = dict(attn_tp_size=2, dense_tp_size=2, embed_tp_size=2, lmhead_tp_size=2)
 PROMPT_LEN = 16
-
-
-def make_checkpoint(path: Path) -> None:
-    import transformers
-
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG)).eval().save_pretrained(path)
 
 
 def rss_mib() -> float:

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from ascend_runtime.config import ConfigError, ParallelConfig
-from ascend_runtime.hf_config import mla_moe_layer_indices, moe_layer_indices, parse_layer_list
+from ascend_runtime.hf_config import moe_layers as runtime_moe_layers
+from ascend_runtime.hf_config import parse_layer_list
 from ascend_runtime.parallel_sizes import check_parallel
 
 from .errors import UserError
@@ -144,17 +145,18 @@ class ModelSpec:
         return data
 
 
+def _as_model_args(a: Mapping[str, Any]) -> SimpleNamespace:
+    """The answers as the runtime's checks read a ModelArgs (attributes; mlp_only_layers
+    parsed from the interview's text), for the runtime functions the scaffold shares."""
+    return SimpleNamespace(
+        **{**a, "mlp_only_layers": parse_layer_list(a.get("mlp_only_layers", ""))}
+    )
+
+
 def moe_layers(a: Mapping[str, Any]) -> tuple[int, ...]:
-    """The MoE layers of family moe or mla answers (none for dense): the template's rules
-    (ascend_runtime.args.moe_layers)."""
-    if a["family"] == "mla":
-        return mla_moe_layer_indices(
-            a["num_hidden_layers"], a["first_k_dense_replace"], a["moe_layer_freq"]
-        )
-    if a["family"] != "moe":
-        return ()
-    only = parse_layer_list(a["mlp_only_layers"])
-    return moe_layer_indices(a["num_hidden_layers"], a["decoder_sparse_step"], only)
+    """The MoE layers of family moe or mla answers (none for dense): the runtime's rule
+    (ascend_runtime.hf_config.moe_layers), on the answers."""
+    return runtime_moe_layers(_as_model_args(a))
 
 
 def _swiglu(hidden: int, intermediate: int) -> int:
@@ -356,10 +358,9 @@ def _parallel_problem(size: str) -> Callable[[Mapping[str, Any]], str | None]:
     def check(a: Mapping[str, Any]) -> str | None:
         if a["world_size"] == 1:
             return None
-        fields = {**a, "mlp_only_layers": parse_layer_list(a.get("mlp_only_layers", ""))}
         sizes = ParallelConfig(**{k: a[k] for k in known})
         try:
-            check_parallel(SimpleNamespace(**fields), sizes)
+            check_parallel(_as_model_args(a), sizes)
         except ConfigError as exc:
             return str(exc)
         return None

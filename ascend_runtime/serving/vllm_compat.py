@@ -41,8 +41,6 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.utils import maybe_prefix
 from vllm.sequence import IntermediateTensors
 
-from ..hf_config import ROPE_SCALINGS
-
 try:  # 0.23 and 0.32
     from vllm.model_executor.layers.attention import Attention
 except ImportError:  # older vLLM
@@ -84,19 +82,15 @@ __all__ = [
 ]
 
 
-def rope_settings(config) -> tuple[float, dict[str, Any] | None]:
-    """(rope_theta, scaling parameters or None) from a transformers config: 5.x keeps both
-    in `rope_parameters`, 4.x in `rope_theta` and `rope_scaling`. Refuses the RoPE kinds
-    this package cannot run (hf_config.ROPE_SCALINGS, as its own loader does)."""
+def rope_scaling_params(config) -> dict[str, Any] | None:
+    """The checkpoint's RoPE scaling parameters as get_rope takes them, None for plain RoPE:
+    transformers 5.x keeps them in `rope_parameters`, 4.x in `rope_scaling`. The kind has
+    been checked by the package's loader (checkpoint_args) before any layer is built."""
     params = dict(getattr(config, "rope_parameters", None) or {})
     params.update(getattr(config, "rope_scaling", None) or {})
-    theta = float(params.pop("rope_theta", getattr(config, "rope_theta", 10000.0)))
+    params.pop("rope_theta", None)  # the package's ModelArgs.rope_theta
     kind = params.get("rope_type", params.get("type")) or "default"
-    if kind == "default":
-        return theta, None
-    if kind not in ROPE_SCALINGS:
-        raise ValueError(f"rope_type {kind!r} is not supported (known: {ROPE_SCALINGS})")
-    return theta, {**params, "rope_type": kind}
+    return None if kind == "default" else {**params, "rope_type": kind}
 
 
 def make_rope(head_dim: int, max_position: int, rope_theta: float, rope_scaling=None):

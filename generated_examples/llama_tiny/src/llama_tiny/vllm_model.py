@@ -27,7 +27,7 @@ from ascend_runtime.serving.vllm_compat import (
     make_attention,
     make_rope,
     maybe_prefix,
-    rope_settings,
+    rope_scaling_params,
     support_torch_compile,
 )
 from ascend_runtime.serving.vllm_weights import PACKED_MODULES, load_weights
@@ -60,10 +60,10 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(args.head_dim, eps=args.rms_norm_eps)
             self.k_norm = RMSNorm(args.head_dim, eps=args.rms_norm_eps)
         hf_config = vllm_config.model_config.hf_config
-        theta, scaling = rope_settings(hf_config)
         self.rotary_emb = make_rope(
-            args.head_dim, hf_config.max_position_embeddings, theta, scaling
-        )
+            args.head_dim, hf_config.max_position_embeddings, args.rope_theta,
+            rope_scaling_params(hf_config),
+        )  # fmt: skip
         self.attn = make_attention(
             heads, args.head_dim, kv_heads, vllm_config.cache_config, quant, f"{prefix}.attn"
         )
